@@ -1,0 +1,65 @@
+"""The brain side's identities."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+
+
+class TrustLevel(models.TextChoices):
+    """How much an agent is trusted (seed 004); behaviour comes with the API issue."""
+
+    UNTRUSTED = "untrusted", "Untrusted"
+    STANDARD = "standard", "Standard"
+    TRUSTED = "trusted", "Trusted"
+
+
+TOKEN_PREFIX = "mc_"  # noqa: S105 - a public marker, not a secret
+
+
+def hash_token(raw: str) -> str:
+    """sha256 hex of an API token; tokens are random (256 bits), so no slow hash is needed."""
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+class Agent(models.Model):
+    """An agent identity (a "brain") that delegates tasks to Motor Cortex."""
+
+    name = models.CharField(max_length=100, unique=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="agents"
+    )
+    token_hash = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    token_prefix = models.CharField(
+        max_length=12, blank=True, default="", help_text="First characters, to recognise a token."
+    )
+    token_created_at = models.DateTimeField(null=True, blank=True)
+    token_revoked_at = models.DateTimeField(null=True, blank=True)
+    energy = models.FloatField(default=1.0, help_text="0.0 (exhausted) to 1.0 (rested).")
+    trust_level = models.CharField(
+        max_length=16, choices=TrustLevel.choices, default=TrustLevel.STANDARD
+    )
+    trusted_for_relayed_consent = models.BooleanField(
+        default=False,
+        help_text="Lets this agent's token pass the consent gate on user_message triggers.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(energy__gte=0.0) & models.Q(energy__lte=1.0),
+                name="agent_energy_between_0_and_1",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name

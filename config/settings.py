@@ -1,0 +1,203 @@
+"""Settings, read from the environment (django-environ).
+
+Every variable a user may change is listed in `.env.example` with a one-line comment and in the
+README's configuration table. No secret has a production default: outside DEBUG the service refuses
+to start without SECRET_KEY and MOTOR_CREDENTIALS_KEY(_FILE).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+_env_file = BASE_DIR / ".env"
+if _env_file.is_file():
+    environ.Env.read_env(str(_env_file), overwrite=False)
+
+DEBUG: bool = env.bool("DEBUG", default=False)
+
+# --- data directory (SQLite file, workspaces, run artifacts) -------------------------------------
+MOTOR_DATA_DIR = Path(env.str("MOTOR_DATA_DIR", default=str(BASE_DIR / "data"))).resolve()
+
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set it in the environment (see .env.example); "
+            "only DEBUG=true runs without one."
+        )
+    SECRET_KEY = "insecure-dev-only-key-never-used-outside-debug"  # noqa: S105 - DEBUG only
+
+ALLOWED_HOSTS: list[str] = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS: list[str] = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "django_celery_beat",
+    "skills",
+    "runs",
+    "cognition",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database: SQLite under MOTOR_DATA_DIR by default, PostgreSQL via DATABASE_URL ---------------
+DATABASES = {
+    "default": env.db_url(
+        "DATABASE_URL", default=f"sqlite:///{MOTOR_DATA_DIR / 'motor-cortex.sqlite3'}"
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets the web process read while a worker writes; the timeout (seconds) waits out
+    # short write locks instead of failing with "database is locked".
+    DATABASES["default"].setdefault("OPTIONS", {})
+    DATABASES["default"]["OPTIONS"].update(
+        {
+            "timeout": 20,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    )
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env.str("TIME_ZONE", default="UTC")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = MOTOR_DATA_DIR / "static"
+
+# --- Redis and Celery ----------------------------------------------------------------------------
+REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
+CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default=REDIS_URL)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+# The database is the source of truth for run progress; the broker only wakes workers up.
+# One message at a time per process, so a killed process loses at most the message it holds.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ACKS_LATE = False  # opted into per task, only where the task is idempotent
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    # seconds before an unacknowledged message is redelivered; runs hold a DB lease instead
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
+}
+CELERY_RESULT_EXPIRES = 3600  # seconds
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
+
+# --- secrets at rest -----------------------------------------------------------------------------
+# A comma-separated list of Fernet keys; the first encrypts, all decrypt (rotation).
+MOTOR_CREDENTIALS_KEY = env.str("MOTOR_CREDENTIALS_KEY", default="")
+MOTOR_CREDENTIALS_KEY_FILE = env.str("MOTOR_CREDENTIALS_KEY_FILE", default="")
+if MOTOR_CREDENTIALS_KEY_FILE and not MOTOR_CREDENTIALS_KEY:
+    try:
+        MOTOR_CREDENTIALS_KEY = Path(MOTOR_CREDENTIALS_KEY_FILE).read_text().strip()
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"MOTOR_CREDENTIALS_KEY_FILE={MOTOR_CREDENTIALS_KEY_FILE!r} cannot be read: {exc}"
+        ) from exc
+if not MOTOR_CREDENTIALS_KEY and not DEBUG:
+    raise ImproperlyConfigured(
+        "MOTOR_CREDENTIALS_KEY (or MOTOR_CREDENTIALS_KEY_FILE) is not set: credentials cannot be "
+        'encrypted at rest. Generate one with `python -c "from cryptography.fernet import Fernet; '
+        'print(Fernet.generate_key().decode())"`.'
+    )
+
+# --- skills --------------------------------------------------------------------------------------
+MOTOR_SKILL_MAX_FILE_BYTES = env.int("MOTOR_SKILL_MAX_FILE_BYTES", default=1024 * 1024)
+MOTOR_SKILL_MAX_TOTAL_BYTES = env.int("MOTOR_SKILL_MAX_TOTAL_BYTES", default=10 * 1024 * 1024)
+MOTOR_SKILL_MAX_ARCHIVE_ENTRIES = env.int("MOTOR_SKILL_MAX_ARCHIVE_ENTRIES", default=2000)
+MOTOR_SKILL_MAX_COMPRESSION_RATIO = env.int("MOTOR_SKILL_MAX_COMPRESSION_RATIO", default=100)
+MOTOR_EXAMPLE_SKILLS_DIR = BASE_DIR / "skills" / "examples"
+
+# --- sandbox -------------------------------------------------------------------------------------
+SANDBOX_BACKEND = env.str("SANDBOX_BACKEND", default="bwrap")
+SANDBOX_ALLOW_LOCAL = env.bool("SANDBOX_ALLOW_LOCAL", default=False)
+SANDBOX_DOCKER_IMAGE = env.str("SANDBOX_DOCKER_IMAGE", default="motor-cortex-sandbox:local")
+MOTOR_WORKSPACES_DIR = Path(
+    env.str("MOTOR_WORKSPACES_DIR", default=str(MOTOR_DATA_DIR / "workspaces"))
+).resolve()
+
+# --- LLM -----------------------------------------------------------------------------------------
+LLM_BASE_URL = env.str("LLM_BASE_URL", default="")
+LLM_API_KEY = env.str("LLM_API_KEY", default="")
+LLM_DEFAULT_MODEL = env.str("LLM_DEFAULT_MODEL", default="gpt-4o-mini")
+LLM_FAST_MODEL = env.str("LLM_FAST_MODEL", default="")
+LLM_SMART_MODEL = env.str("LLM_SMART_MODEL", default="")
+LLM_MOTOR_MODEL = env.str("LLM_MOTOR_MODEL", default="")
+LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0)
+
+# --- API -----------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Motor Cortex API",
+    "DESCRIPTION": "Sandboxed, durable, human-approved hands for AI agents.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# --- logging -------------------------------------------------------------------------------------
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
