@@ -1,0 +1,95 @@
+"""The deployment files: docker-compose.yml is accepted by Compose and runs only real commands."""
+
+from __future__ import annotations
+
+import importlib
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from django.core.management import get_commands
+
+ROOT = Path(__file__).resolve().parents[1]
+APP_SERVICES = ("web", "worker", "beat")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_compose_config_accepts_the_file(tmp_path: Path) -> None:
+    # given the compose file next to an (empty) .env, as a user would have it
+    compose_bin = shutil.which("docker-compose")
+    assert compose_bin, "docker-compose is installed by bin/setup-host --with-docker"
+    shutil.copy(ROOT / "docker-compose.yml", tmp_path / "docker-compose.yml")
+    (tmp_path / ".env").write_text("SECRET_KEY=x\nMOTOR_CREDENTIALS_KEY=y\n")
+    # when Compose parses and validates it
+    out = subprocess.run(
+        [compose_bin, "-f", str(tmp_path / "docker-compose.yml"), "config", "-q"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    # then it is accepted
+    assert (out.returncode, out.stderr) == (0, "")
+
+
+def test_web_worker_and_beat_share_one_image_and_the_data_volume(compose: dict) -> None:
+    services = compose["services"]
+    images = {services[name]["image"] for name in APP_SERVICES}
+    builds = {str(services[name]["build"]) for name in APP_SERVICES}
+    assert images == {"motor-cortex:latest"}
+    assert builds == {"."}
+    assert "motor-data" in compose["volumes"]
+    for name in ("web", "worker"):
+        assert "motor-data:/data" in services[name]["volumes"]
+
+
+def test_postgres_and_redis_have_healthchecks_the_app_waits_for(compose: dict) -> None:
+    services = compose["services"]
+    for name in ("postgres", "redis"):
+        assert services[name]["healthcheck"]["test"]
+    for name in APP_SERVICES:
+        assert services[name]["depends_on"] == {
+            "postgres": {"condition": "service_healthy"},
+            "redis": {"condition": "service_healthy"},
+        }
+
+
+def _commands_of(service: dict) -> list[list[str]]:
+    command = service["command"]
+    if command[:2] == ["sh", "-c"]:
+        return [shlex.split(part) for part in command[2].split("&&")]
+    return [command]
+
+
+def test_every_command_the_app_services_run_exists_in_the_project(compose: dict) -> None:
+    django_commands = get_commands()
+    checked = []
+    for name in APP_SERVICES:
+        for argv in _commands_of(compose["services"][name]):
+            program = argv[0]
+            if program == "python":
+                assert argv[1] == "manage.py" and (ROOT / "manage.py").is_file()
+                assert argv[2] in django_commands, f"{name}: unknown management command {argv[2]}"
+            elif program == "celery":
+                assert argv[1:3] == ["-A", "config"]
+                assert importlib.import_module("config").celery_app.main == "motor_cortex"
+                assert argv[3] in {"worker", "beat"}
+            elif program == "gunicorn":
+                module, attr = argv[1].split(":")
+                assert callable(getattr(importlib.import_module(module), attr))
+            else:
+                raise AssertionError(f"{name}: unexpected program {program!r}")
+            assert shutil.which(program) or program == "python", f"{program} is not installed"
+            checked.append((name, program))
+    assert {svc for svc, _ in checked} == set(APP_SERVICES)
+
+
+def test_sandbox_image_dockerfile_is_referenced_and_exists(compose: dict) -> None:
+    build = compose["services"]["sandbox-image"]["build"]
+    assert (ROOT / build["dockerfile"]).is_file()
