@@ -161,6 +161,7 @@ class ExecResult:
     truncated: bool = False
     oom: bool = False
     signal: int | None = None
+    workspace_exceeded: bool = False  # the call pushed the workspace over Limits.workspace_bytes
 
 
 class Session(Protocol):

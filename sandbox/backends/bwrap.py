@@ -1,0 +1,658 @@
+"""The bubblewrap backend: one resident bwrap sandbox per session, commands forked inside it.
+
+Layout of a session
+-------------------
+* Host side: ``bwrap`` is started with an empty environment, in its own process group and — when
+  the worker runs as root — as an unprivileged host uid taken from a configurable range
+  (``MOTOR_SANDBOX_UID_RANGE``, default ``600000-609999``), one uid per live session. bwrap then
+  builds an unprivileged user namespace, so the sandboxed process is unprivileged both inside
+  (uid 1000) and outside (that host uid), with every capability dropped and no_new_privs set.
+* Inside: a fresh root containing read-only binds of /usr (and the merged-/usr symlinks), the few
+  /etc files Python and the allowlisted commands read, synthesised /etc/passwd, /etc/group and
+  /etc/hosts, a fresh /proc (bwrap keeps /proc/sys and friends read-only) and a minimal /dev
+  (read-only, with a size-capped /dev/shm), a size-capped tmpfs /tmp, the workspace read-write
+  at /workspace, the supervisor read-only at /opt/motor-cortex. Everything else — /run, /var,
+  /home, the project, the data dir, other workspaces, host sockets — is simply not there. Every
+  namespace is new (net: loopback only); nested user namespaces are disabled.
+* ``python3 /opt/motor-cortex/supervisor.py serve`` runs as the sandbox's first process and
+  forks each command with rlimits and a seccomp filter (see sandbox/inside/supervisor.py).
+* With network enabled, the host runs an ``EgressProxy`` on ``<runtime dir>/net/egress.sock``;
+  that directory alone is bound at /run/motor-cortex and the supervisor bridges 127.0.0.1:3128
+  to it. Proxy variables point there; NO_PROXY is never set.
+
+Host paths the unprivileged uid could not traverse (a root-only data dir) are opened by the
+worker and handed to bwrap as file descriptors (``--bind-fd``/``--ro-bind-fd``).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import logging
+import os
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from sandbox.inside.supervisor import MAX_FRAME_BYTES, ProtocolError, encode_frame
+from sandbox.types import ExecRequest, ExecResult, SandboxError, SessionSpec
+
+logger = logging.getLogger(__name__)
+
+INSIDE_DIR = Path(__file__).resolve().parent.parent / "inside"
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+BRIDGE_PORT = 3128
+PROXY_URL = f"http://127.0.0.1:{BRIDGE_PORT}"
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: how long bwrap + the supervisor may take to come up (seconds)
+STARTUP_TIMEOUT_S = 15.0
+#: extra time over a call's own timeout before the supervisor is declared hung (seconds)
+RESULT_GRACE_S = 15.0
+#: size cap of /dev/shm inside (bytes)
+SHM_BYTES = 16 * 1024 * 1024
+
+# Read-only system files a Python or coreutils process may read; absent ones are skipped.
+_SYSTEM_RO_BINDS = (
+    "/usr",
+    "/etc/alternatives",
+    "/etc/ssl/certs",
+    "/etc/ca-certificates",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/mime.types",
+)
+_MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+_PASSWD = (
+    "root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+    f"sandbox:x:{SANDBOX_UID}:{SANDBOX_GID}:sandbox:/workspace:/bin/sh\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+)
+_GROUP = f"root:x:0:\nsandbox:x:{SANDBOX_GID}:\nnogroup:x:65534:\n"
+_HOSTS = "127.0.0.1 localhost sandbox\n::1 localhost\n"
+_NSSWITCH = "passwd: files\ngroup: files\nhosts: files\n"
+
+
+def _find_bwrap() -> str:
+    path = shutil.which("bwrap", path="/usr/local/bin:/usr/bin:/bin")
+    if path is None:
+        raise SandboxError(
+            "bubblewrap (bwrap) is not installed; install the 'bubblewrap' package "
+            "(bin/setup-host does) — commands are never run unsandboxed"
+        )
+    return path
+
+
+def _parse_uid_range(text: str) -> range:
+    try:
+        low_s, high_s = text.split("-", 1)
+        low, high = int(low_s), int(high_s)
+    except ValueError as exc:
+        raise SandboxError(
+            f"MOTOR_SANDBOX_UID_RANGE must look like 600000-609999, got {text!r}"
+        ) from exc
+    if not (1000 <= low <= high < 2**32 - 2):
+        raise SandboxError(f"MOTOR_SANDBOX_UID_RANGE {text!r} is out of bounds (1000..2^32-3)")
+    return range(low, high + 1)
+
+
+def _default_runtime_root() -> Path:
+    configured = os.environ.get("MOTOR_SANDBOX_RUNTIME_DIR")
+    if configured:
+        return Path(configured)
+    if os.geteuid() == 0 and os.path.isdir("/run") and os.access("/run", os.W_OK):
+        return Path("/run/motor-cortex")
+    return Path(tempfile.gettempdir()) / f"motor-cortex-{os.geteuid()}"
+
+
+def _private_dir(path: Path, mode: int = 0o711) -> Path:
+    """Create `path` (mode `mode`) or accept an existing directory we own; refuse symlinks and
+    directories owned by someone else (another user squatting on a shared /tmp)."""
+    try:
+        path.mkdir(mode=mode, parents=True)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    import stat as _stat
+
+    if not _stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise SandboxError(f"runtime directory {path} is not a directory owned by this user")
+    if st.st_mode & 0o022:
+        os.chmod(path, mode)
+    return path
+
+
+class _UidLease:
+    """Exclusive use of one host uid for one session, across processes (flock on a file)."""
+
+    def __init__(self, uid: int, fd: int) -> None:
+        self.uid = uid
+        self._fd = fd
+
+    @classmethod
+    def acquire(cls, uids: range, lock_dir: Path) -> _UidLease:
+        start = secrets.randbelow(len(uids))
+        for i in range(len(uids)):
+            uid = uids[(start + i) % len(uids)]
+            fd = os.open(lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            if _processes_of_uid(uid):
+                # a process of a previous holder is still alive; never share a uid with it
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                continue
+            return cls(uid, fd)
+        raise SandboxError(f"no free sandbox uid in {uids.start}-{uids.stop - 1}")
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _processes_of_uid(uid: int) -> list[int]:
+    pids: list[int] = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    pids.append(int(name))
+            except OSError:
+                continue
+    return pids
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    """Give the whole workspace to the sandbox uid without ever following a symlink (fd-relative
+    walk, so a swapped path cannot redirect the chown outside the tree)."""
+    os.chown(root, uid, gid, follow_symlinks=False)
+    for _dirpath, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
+        for name in dirnames + filenames:
+            with contextlib.suppress(FileNotFoundError):
+                os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+
+
+def _data_fd(text: str) -> int:
+    """A pipe read end holding `text` (small: fits the pipe buffer), for --ro-bind-data."""
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, text.encode())
+    finally:
+        os.close(write_end)
+    return read_end
+
+
+class BwrapSession:
+    """One resident bwrap sandbox. Thread-safe: calls are serialised."""
+
+    backend = "bwrap"
+
+    def __init__(
+        self,
+        *,
+        spec: SessionSpec,
+        session_id: str,
+        proc: subprocess.Popen[bytes],
+        runtime_dir: Path,
+        lease: _UidLease | None,
+        proxy: Any,
+        log_path: Path,
+    ) -> None:
+        self.id = session_id
+        self.spec = spec
+        self.host_uid = lease.uid if lease else os.geteuid()
+        self._proc = proc
+        self._runtime_dir = runtime_dir
+        self._lease = lease
+        self._proxy = proxy
+        self._log_path = log_path
+        self._call_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._closed = False
+        self.last_used = time.monotonic()
+        self._on_close: list[Callable[[BwrapSession], None]] = []
+        assert proc.stdin is not None and proc.stdout is not None
+        self._wfd = proc.stdin.fileno()
+        self._rfd = proc.stdout.fileno()
+        self._rbuf = bytearray()
+
+    # ------------------------------------------------------------------ protocol plumbing
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        data = encode_frame(message)
+        view = memoryview(data)
+        while view:
+            try:
+                written = os.write(self._wfd, view)
+            except (BrokenPipeError, OSError) as exc:
+                raise SandboxError(f"sandbox supervisor is gone: {exc}{self._log_tail()}") from exc
+            view = view[written:]
+
+    def _recv(self, deadline: float) -> dict[str, Any]:
+        import json
+        import struct
+
+        while True:
+            if len(self._rbuf) >= 4:
+                (size,) = struct.unpack(">I", self._rbuf[:4])
+                if size > MAX_FRAME_BYTES:
+                    raise SandboxError("sandbox supervisor sent an oversized frame")
+                if len(self._rbuf) >= 4 + size:
+                    body = bytes(self._rbuf[4 : 4 + size])
+                    del self._rbuf[: 4 + size]
+                    try:
+                        message = json.loads(body)
+                    except ValueError as exc:
+                        raise SandboxError(f"sandbox supervisor sent garbage: {exc}") from exc
+                    if not isinstance(message, dict):
+                        raise SandboxError("sandbox supervisor sent a non-object frame")
+                    return message
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SandboxError("sandbox supervisor did not answer in time")
+            ready, _, _ = select.select([self._rfd], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(self._rfd, 1024 * 1024)
+            if not chunk:
+                raise SandboxError(f"sandbox supervisor exited{self._log_tail()}")
+            self._rbuf += chunk
+
+    def _log_tail(self) -> str:
+        try:
+            with open(self._log_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - 2000))
+                tail = fh.read().decode(errors="replace").strip()
+        except OSError:
+            return ""
+        return f": {tail}" if tail else ""
+
+    def handshake(self, config: Mapping[str, Any]) -> None:
+        self._send({"op": "configure", "config": dict(config)})
+        reply = self._recv(time.monotonic() + STARTUP_TIMEOUT_S)
+        if reply.get("op") != "ready":
+            raise SandboxError(f"sandbox failed to start: {reply.get('message', reply)}")
+
+    # ------------------------------------------------------------------ Session API
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def add_close_callback(self, callback: Callable[[BwrapSession], None]) -> None:
+        self._on_close.append(callback)
+
+    def exec(self, request: ExecRequest) -> ExecResult:
+        if isinstance(request.argv, str | bytes) or not request.argv:
+            raise ValueError("ExecRequest.argv must be a non-empty sequence of strings")
+        if not all(isinstance(a, str) for a in request.argv):
+            raise ValueError("ExecRequest.argv must hold only strings")
+        limits = self.spec.limits
+        timeout = request.timeout_s if request.timeout_s is not None else limits.default_timeout_s
+        if timeout <= 0:
+            raise ValueError("ExecRequest.timeout_s must be positive")
+        output_limit = (
+            request.output_limit if request.output_limit is not None else limits.output_bytes
+        )
+        message = {
+            "op": "exec",
+            "argv": list(request.argv),
+            "stdin_b64": base64.b64encode(request.stdin).decode(),
+            "timeout_s": timeout,
+            "env": dict(request.env),
+            "cwd": request.cwd,
+            "output_limit": output_limit,
+        }
+        with self._call_lock:
+            if self._closed:
+                raise SandboxError(f"sandbox session {self.id} is closed")
+            self.last_used = time.monotonic()
+            try:
+                self._send(message)
+                reply = self._recv(time.monotonic() + timeout + RESULT_GRACE_S)
+            except SandboxError:
+                self.close()
+                raise
+            finally:
+                self.last_used = time.monotonic()
+        op = reply.get("op")
+        if op == "error":
+            if reply.get("code") == "invalid_args":
+                raise ValueError(f"invalid exec request: {reply.get('message')}")
+            raise SandboxError(f"sandbox error: {reply.get('message')}")
+        if op != "result":
+            self.close()
+            raise SandboxError(f"sandbox supervisor answered {op!r} to an exec request")
+        error = reply.get("error")
+        if isinstance(error, dict) and error.get("code") == "sandbox_error":
+            raise SandboxError(str(error.get("message")))
+        return ExecResult(
+            exit_code=reply.get("exit_code"),
+            stdout=base64.b64decode(reply.get("stdout_b64") or ""),
+            stderr=base64.b64decode(reply.get("stderr_b64") or ""),
+            duration_ms=int(reply.get("duration_ms") or 0),
+            timed_out=bool(reply.get("timed_out")),
+            truncated=bool(reply.get("truncated")),
+            oom=bool(reply.get("oom")),
+            signal=reply.get("signal"),
+            workspace_exceeded=bool(reply.get("workspace_exceeded")),
+        )
+
+    def close(self) -> None:
+        """Kill the sandbox and everything in it, stop the proxy, remove the runtime dir.
+        Idempotent; safe to call from any thread, also while a call is running (that call then
+        fails with SandboxError)."""
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
+        # Killing bwrap's group takes the sandbox's init with it (die-with-parent), and the
+        # death of a PID namespace's init kills every process in that namespace.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self._proc.kill()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            logger.error("bwrap pid %s did not exit after SIGKILL", self._proc.pid)
+        for stream in (self._proc.stdin, self._proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        if self._lease is not None:
+            deadline = time.monotonic() + 5.0
+            while _processes_of_uid(self._lease.uid) and time.monotonic() < deadline:
+                for pid in _processes_of_uid(self._lease.uid):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.01)
+        if self._proxy is not None:
+            try:
+                self._proxy.close()
+            except Exception:  # noqa: BLE001 - closing must finish the rest of the teardown
+                logger.exception("closing the egress proxy of session %s failed", self.id)
+        shutil.rmtree(self._runtime_dir, ignore_errors=True)
+        if self._lease is not None:
+            self._lease.release()
+        for callback in self._on_close:
+            with contextlib.suppress(Exception):
+                callback(self)
+
+    def __enter__(self) -> BwrapSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BwrapBackend:
+    """Opens bwrap sessions. `egress_resolver` is handed to the egress proxy (tests point an
+    allowed test host name at a local server with it)."""
+
+    name = "bwrap"
+
+    def __init__(
+        self,
+        *,
+        uid_range: str | None = None,
+        runtime_root: Path | None = None,
+        egress_resolver: Any = None,
+    ) -> None:
+        self._bwrap = _find_bwrap()
+        self._uids = _parse_uid_range(
+            uid_range or os.environ.get("MOTOR_SANDBOX_UID_RANGE", "600000-609999")
+        )
+        self._runtime_root = runtime_root or _default_runtime_root()
+        self._egress_resolver = egress_resolver
+
+    def open(self, spec: SessionSpec) -> BwrapSession:
+        session_id = spec.session_id or secrets.token_hex(8)
+        workspace = Path(spec.workspace)
+        try:
+            st = os.lstat(workspace)
+        except OSError as exc:
+            raise SandboxError(f"workspace {workspace} is not usable: {exc.strerror}") from exc
+        import stat as _stat
+
+        if not _stat.S_ISDIR(st.st_mode):
+            raise SandboxError(f"workspace {workspace} is not a directory (symlinks are refused)")
+        for host_path, inside in spec.readonly_mounts:
+            if not inside.startswith("/") or inside.rstrip("/") in (
+                "",
+                "/workspace",
+                "/opt/motor-cortex",
+                "/proc",
+                "/dev",
+                "/tmp",
+                "/run/motor-cortex",
+            ):
+                raise SandboxError(f"read-only mount target {inside!r} is not allowed")
+            if not Path(host_path).exists():
+                raise SandboxError(f"read-only mount source {host_path} does not exist")
+
+        root = _private_dir(self._runtime_root)
+        runtime_dir = Path(tempfile.mkdtemp(prefix=f"{session_id[:32]}-", dir=root))
+        lease: _UidLease | None = None
+        proxy: Any = None
+        fds: list[int] = []
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            if os.geteuid() == 0:
+                lease = _UidLease.acquire(self._uids, _private_dir(root / "uids", 0o700))
+                host_uid = host_gid = lease.uid
+                _chown_tree(workspace, host_uid, host_gid)
+            else:
+                host_uid, host_gid = os.geteuid(), os.getegid()
+
+            env = self._environment(spec)
+            args = [self._bwrap, *self._namespace_args()]
+            args += ["--setenv", "PATH", env.get("PATH", DEFAULT_PATH)]
+            args += ["--setenv", "HOME", "/workspace", "--setenv", "LANG", "C.UTF-8"]
+            args += ["--setenv", "TMPDIR", "/tmp"]
+            args += self._filesystem_args()
+            for name, text in (
+                ("/etc/passwd", _PASSWD),
+                ("/etc/group", _GROUP),
+                ("/etc/hosts", _HOSTS),
+                ("/etc/nsswitch.conf", _NSSWITCH),
+            ):
+                fd = _data_fd(text)
+                fds.append(fd)
+                args += ["--perms", "0444", "--ro-bind-data", str(fd), name]
+
+            def bind_fd(host: Path, inside: str, *, writable: bool) -> None:
+                fd = os.open(host, os.O_PATH | os.O_CLOEXEC)
+                fds.append(fd)
+                args.extend(["--bind-fd" if writable else "--ro-bind-fd", str(fd), inside])
+
+            limits = spec.limits
+            args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+            bind_fd(workspace, "/workspace", writable=True)
+            bind_fd(INSIDE_DIR, "/opt/motor-cortex", writable=False)
+            for host_path, inside in spec.readonly_mounts:
+                bind_fd(Path(host_path), inside, writable=False)
+
+            bridge: dict[str, Any] | None = None
+            if spec.network.enabled:
+                net_dir = runtime_dir / "net"
+                net_dir.mkdir(mode=0o700)
+                os.chown(net_dir, host_uid, host_gid)
+                proxy = self._start_proxy(spec, session_id, net_dir / "egress.sock", host_uid)
+                bind_fd(net_dir, "/run/motor-cortex", writable=True)
+                bridge = {
+                    "listen_host": "127.0.0.1",
+                    "listen_port": BRIDGE_PORT,
+                    "unix_path": "/run/motor-cortex/egress.sock",
+                }
+            args += ["--remount-ro", "/", "--chdir", "/workspace"]
+            args += ["/usr/bin/python3", "-I", "-B", "/opt/motor-cortex/supervisor.py", "serve"]
+
+            log_path = runtime_dir / "supervisor.log"
+            log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                popen_kwargs: dict[str, Any] = {}
+                if lease is not None:
+                    popen_kwargs.update(user=host_uid, group=host_gid, extra_groups=[])
+                proc = subprocess.Popen(
+                    args,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log_fd,
+                    env={},
+                    cwd="/",
+                    close_fds=True,
+                    pass_fds=fds,
+                    start_new_session=True,
+                    **popen_kwargs,
+                )
+            except OSError as exc:
+                raise SandboxError(f"cannot start bwrap: {exc}") from exc
+            finally:
+                os.close(log_fd)
+            for fd in fds:
+                os.close(fd)
+            fds.clear()
+            session = BwrapSession(
+                spec=spec,
+                session_id=session_id,
+                proc=proc,
+                runtime_dir=runtime_dir,
+                lease=lease,
+                proxy=proxy,
+                log_path=log_path,
+            )
+        except BaseException:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            if proc is not None:
+                with contextlib.suppress(OSError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            if proxy is not None:
+                with contextlib.suppress(Exception):
+                    proxy.close()
+            shutil.rmtree(runtime_dir, ignore_errors=True)
+            if lease is not None:
+                lease.release()
+            raise
+        config = {
+            "limits": {
+                "memory_bytes": limits.memory_bytes,
+                "max_processes": limits.max_processes,
+                "file_size_bytes": limits.file_size_bytes,
+                "open_files": limits.open_files,
+                "cpu_seconds": limits.cpu_seconds,
+                "output_bytes": limits.output_bytes,
+                "workspace_bytes": limits.workspace_bytes,
+                "default_timeout_s": limits.default_timeout_s,
+            },
+            "env": env,
+            "workspace": "/workspace",
+            "sweep": True,
+            "bridge": bridge,
+        }
+        try:
+            session.handshake(config)
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+    # ------------------------------------------------------------------ building blocks
+
+    @staticmethod
+    def _environment(spec: SessionSpec) -> dict[str, str]:
+        env = {
+            "PATH": DEFAULT_PATH,
+            "HOME": "/workspace",
+            "LANG": "C.UTF-8",
+            "TMPDIR": "/tmp",
+        }
+        env.update(spec.environment)
+        for name in ("NO_PROXY", "no_proxy", *PROXY_VARS):
+            env.pop(name, None)
+        if spec.network.enabled:
+            env.update(dict.fromkeys(PROXY_VARS, PROXY_URL))
+        return env
+
+    @staticmethod
+    def _namespace_args() -> list[str]:
+        return [
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--uid",
+            str(SANDBOX_UID),
+            "--gid",
+            str(SANDBOX_GID),
+            "--hostname",
+            "sandbox",
+            "--cap-drop",
+            "ALL",
+        ]
+
+    @staticmethod
+    def _filesystem_args() -> list[str]:
+        args: list[str] = []
+        for name in _MERGED_USR:
+            host = Path("/") / name
+            if host.is_symlink():
+                args += ["--symlink", os.readlink(host), f"/{name}"]
+            elif host.is_dir():
+                args += ["--ro-bind", str(host), f"/{name}"]
+        for path in _SYSTEM_RO_BINDS:
+            args += ["--ro-bind-try", path, path]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+        return args
+
+    def _start_proxy(self, spec: SessionSpec, session_id: str, socket_path: Path, uid: int) -> Any:
+        try:
+            from sandbox.egress import EgressProxy
+        except ImportError as exc:
+            raise SandboxError(f"the egress proxy is not available: {exc}") from exc
+        try:
+            proxy: Any = EgressProxy(
+                session_id=session_id,
+                policy=spec.network,
+                socket_path=socket_path,
+                resolver=self._egress_resolver,
+                on_connection=spec.on_connection,
+                owner_uid=uid,
+            )
+            start = getattr(proxy, "start", None)
+            if callable(start):
+                start()
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise SandboxError(f"the egress proxy could not start: {exc}") from exc
+        return proxy
+
+
+__all__ = ["BwrapBackend", "BwrapSession", "ProtocolError"]

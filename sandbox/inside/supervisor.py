@@ -1,0 +1,797 @@
+"""The in-sandbox supervisor: runs tool commands with per-call limits and a seccomp filter.
+
+Standard library + ctypes only: it runs inside the sandbox under ``/usr/bin/python3`` from the
+read-only mount ``/opt/motor-cortex`` (``python3 -I -B /opt/motor-cortex/supervisor.py MODE``),
+next to ``seccomp.py`` and ``bridge.py``. It is also importable on the host as
+``sandbox.inside.supervisor`` (the host uses the framing helpers).
+
+It refuses to run as uid 0.
+
+Modes
+=====
+
+``serve`` — resident. Frames on stdin/stdout; each frame is a 4-byte big-endian unsigned length
+followed by that many bytes of UTF-8 JSON (one object). The supervisor's own diagnostics go to
+stderr. Conversation:
+
+1. host → ``{"op": "configure", "config": CONFIG}``
+   supervisor → ``{"op": "ready", "pid": int, "uid": int, "bridge": bool}``
+   or ``{"op": "error", "code": "sandbox_error", "message": str}`` (then it exits 1).
+2. host → ``{"op": "exec", ...EXEC}`` → supervisor → ``{"op": "result", ...RESULT}``; repeat.
+   One call at a time: the host sends the next request only after the result arrived.
+3. host → ``{"op": "ping"}`` → ``{"op": "pong"}``.
+4. host → ``{"op": "shutdown"}`` → ``{"op": "bye"}``, then exit 0. EOF on stdin also ends it.
+   A malformed frame gets ``{"op": "error", "code": "invalid_args", "message": str}``.
+
+``run-one`` — one call, one process. The request is a JSON object ``{"config": CONFIG, "exec":
+EXEC}`` read from stdin until EOF, or given base64-encoded as ``run-one --request-b64 B64``. The
+RESULT object (with ``"op": "result"``) is written to stdout as one line of JSON; exit status 0
+when a RESULT was produced (whatever the command's own status), 2 on a malformed request. The
+egress bridge is never started in this mode (a resident ``serve`` owns it).
+
+CONFIG (every key optional)::
+
+    {"limits": {"memory_bytes": int, "max_processes": int, "file_size_bytes": int,
+                "open_files": int, "cpu_seconds": int, "output_bytes": int,
+                "workspace_bytes": int, "default_timeout_s": float},
+     "env": {str: str},            # base environment of every command
+     "workspace": "/workspace",    # the directory whose disk use `workspace_bytes` caps
+     "sweep": true,                # after every call, SIGKILL every process this uid may signal
+                                   # (kill(-1)): stragglers, setsid'd daemons, double forks
+     "bridge": null | {"listen_host": "127.0.0.1", "listen_port": 3128,
+                       "unix_path": "/run/motor-cortex/egress.sock"}}   # serve mode only
+
+EXEC::
+
+    {"argv": [str, ...], "stdin_b64": str, "timeout_s": float | null, "env": {str: str},
+     "cwd": "/workspace", "output_limit": int | null}
+
+RESULT::
+
+    {"op": "result", "exit_code": int | null, "signal": int | null,
+     "stdout_b64": str, "stderr_b64": str, "duration_ms": int, "timed_out": bool,
+     "truncated": bool, "oom": bool, "workspace_exceeded": bool,
+     "error": null | {"code": "not_found" | "denied" | "invalid_args" | "sandbox_error",
+                      "message": str}}
+
+What each command gets: its own session and process group; rlimits AS (memory_bytes), NPROC
+(max_processes — counted per uid in the sandbox's user namespace, so the supervisor counts too),
+FSIZE, NOFILE, CPU (SIGXCPU at cpu_seconds, SIGKILL one second later), CORE=0; no_new_privs and
+the seccomp filter of ``seccomp.py`` (no AF_UNIX/AF_NETLINK/AF_PACKET/AF_VSOCK sockets, no
+io_uring, ptrace, keyctl, mount, namespaces, bpf, ...); the environment ``config.env`` +
+``exec.env`` and nothing else. stdout and stderr are each kept up to the output limit
+(``exec.output_limit`` or ``limits.output_bytes``); the rest is read and discarded, and
+``truncated`` is set. On the wall-clock deadline every process is SIGKILLed and ``timed_out`` is
+set. While a command runs, the workspace's allocated size (and entry count, at most
+``MAX_WORKSPACE_ENTRIES``) is measured every few tens of milliseconds and at the end; going over
+``workspace_bytes`` kills the call and sets ``workspace_exceeded``. ``oom`` is set when the
+command died of SIGKILL that nobody here sent (a kernel or cgroup OOM kill) or its stderr shows
+an allocation failure under the RLIMIT_AS cap.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import errno
+import json
+import os
+import resource
+import selectors
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, BinaryIO
+
+#: the biggest frame either side accepts (64 MiB)
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+#: a workspace with more entries than this counts as over quota (inode exhaustion is disk abuse)
+MAX_WORKSPACE_ENTRIES = 100_000
+#: how long to wait for killed processes to disappear after a call (seconds)
+SWEEP_GRACE_S = 2.0
+
+_HEADER = struct.Struct(">I")
+_READ_CHUNK = 1024 * 1024
+_PR_SET_DUMPABLE = 4
+_PR_SET_NO_NEW_PRIVS = 38
+_OOM_MARKERS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc", b"out of memory")
+
+
+class ProtocolError(Exception):
+    """A frame or request that does not follow the protocol."""
+
+
+# ---------------------------------------------------------------------------- framing
+
+
+def encode_frame(message: Mapping[str, Any]) -> bytes:
+    body = json.dumps(message, separators=(",", ":")).encode()
+    if len(body) > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME_BYTES} bytes")
+    return _HEADER.pack(len(body)) + body
+
+
+def _read_exact(stream: BinaryIO, size: int) -> bytes | None:
+    chunks: list[bytes] = []
+    remaining = size
+    while remaining:
+        chunk = stream.read(remaining)
+        if not chunk:
+            if chunks:
+                raise ProtocolError("stream ended inside a frame")
+            return None
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(stream: BinaryIO) -> dict[str, Any] | None:
+    """Read one frame; None on a clean EOF before a header."""
+    header = _read_exact(stream, _HEADER.size)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_FRAME_BYTES:
+        raise ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME_BYTES} bytes")
+    body = _read_exact(stream, size) if size else b""
+    if body is None:
+        raise ProtocolError("stream ended inside a frame")
+    try:
+        message = json.loads(body)
+    except ValueError as exc:
+        raise ProtocolError(f"frame is not JSON: {exc}") from exc
+    if not isinstance(message, dict):
+        raise ProtocolError("frame must hold a JSON object")
+    return message
+
+
+def write_frame(stream: BinaryIO, message: Mapping[str, Any]) -> None:
+    stream.write(encode_frame(message))
+    stream.flush()
+
+
+# ---------------------------------------------------------------------------- config
+
+
+@dataclass
+class Config:
+    memory_bytes: int = 512 * 1024 * 1024
+    max_processes: int = 64
+    file_size_bytes: int = 64 * 1024 * 1024
+    open_files: int = 256
+    cpu_seconds: int = 600
+    output_bytes: int = 32 * 1024
+    workspace_bytes: int = 256 * 1024 * 1024
+    default_timeout_s: float = 60.0
+    env: dict[str, str] = field(default_factory=dict)
+    workspace: str = "/workspace"
+    sweep: bool = True
+    bridge: dict[str, Any] | None = None
+
+
+@dataclass
+class ExecSpec:
+    argv: list[str]
+    stdin: bytes
+    timeout_s: float
+    env: dict[str, str]
+    cwd: str
+    output_limit: int
+
+
+def _str_map(value: object, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{what} must be an object of strings")
+    out: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise ProtocolError(f"{what} must map strings to strings")
+        if not key or "=" in key or "\0" in key or "\0" in item:
+            raise ProtocolError(f"{what} has an invalid variable name or a NUL byte: {key!r}")
+        out[key] = item
+    return out
+
+
+def _int(value: object, what: str, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ProtocolError(f"{what} must be an integer >= {minimum}")
+    return value
+
+
+def parse_config(raw: object) -> Config:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ProtocolError("config must be an object")
+    config = Config()
+    limits = raw.get("limits") or {}
+    if not isinstance(limits, dict):
+        raise ProtocolError("config.limits must be an object")
+    for name in (
+        "memory_bytes",
+        "max_processes",
+        "file_size_bytes",
+        "open_files",
+        "cpu_seconds",
+        "output_bytes",
+        "workspace_bytes",
+    ):
+        if name in limits:
+            setattr(config, name, _int(limits[name], f"limits.{name}"))
+    if "default_timeout_s" in limits:
+        timeout = limits["default_timeout_s"]
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ProtocolError("limits.default_timeout_s must be a positive number")
+        config.default_timeout_s = float(timeout)
+    config.env = _str_map(raw.get("env"), "config.env")
+    workspace = raw.get("workspace", config.workspace)
+    if not isinstance(workspace, str) or not workspace.startswith("/"):
+        raise ProtocolError("config.workspace must be an absolute path")
+    config.workspace = workspace
+    config.sweep = bool(raw.get("sweep", True))
+    bridge = raw.get("bridge")
+    if bridge is not None:
+        if not isinstance(bridge, dict) or not isinstance(bridge.get("unix_path"), str):
+            raise ProtocolError("config.bridge must be an object with unix_path")
+        config.bridge = dict(bridge)
+    return config
+
+
+def parse_exec(raw: Mapping[str, Any], config: Config) -> ExecSpec:
+    argv = raw.get("argv")
+    if (
+        not isinstance(argv, list)
+        or not argv
+        or not all(isinstance(a, str) and "\0" not in a for a in argv)
+        or not argv[0]
+    ):
+        raise ProtocolError("argv must be a non-empty list of strings without NUL bytes")
+    try:
+        stdin = base64.b64decode(raw.get("stdin_b64") or "", validate=True)
+    except (binascii.Error, TypeError) as exc:
+        raise ProtocolError(f"stdin_b64 is not base64: {exc}") from exc
+    timeout = raw.get("timeout_s")
+    if timeout is None:
+        timeout = config.default_timeout_s
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise ProtocolError("timeout_s must be a positive number")
+    cwd = raw.get("cwd") or config.workspace
+    if not isinstance(cwd, str) or not cwd.startswith("/") or "\0" in cwd:
+        raise ProtocolError("cwd must be an absolute path")
+    limit = raw.get("output_limit")
+    output_limit = config.output_bytes if limit is None else _int(limit, "output_limit")
+    env = dict(config.env)
+    env.update(_str_map(raw.get("env"), "env"))
+    return ExecSpec(
+        argv=list(argv),
+        stdin=stdin,
+        timeout_s=float(timeout),
+        env=env,
+        cwd=cwd,
+        output_limit=output_limit,
+    )
+
+
+# ---------------------------------------------------------------------------- process control
+
+
+def _load_sibling(name: str) -> ModuleType:
+    """Import a module that sits next to this file, both on the host (as a package member)
+    and inside the sandbox (where this file runs as a script under ``python3 -I``, so its
+    directory is not on sys.path)."""
+    if __package__:
+        import importlib
+
+        return importlib.import_module(f"{__package__}.{name}")
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"motor_cortex_inside_{name}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _prctl(option: int, value: int) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+
+
+def harden_self() -> None:
+    """Make the supervisor unreadable and untraceable by the commands it runs (same uid)."""
+    _prctl(_PR_SET_DUMPABLE, 0)
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+
+
+def _child_setup_factory(config: Config) -> Callable[[], None]:
+    seccomp = _load_sibling("seccomp")
+    prepared = seccomp.prepare(allow_unix_sockets=False)
+    memory = config.memory_bytes
+    nproc = config.max_processes
+    fsize = config.file_size_bytes
+    nofile = config.open_files
+    cpu = config.cpu_seconds
+
+    def child_setup() -> None:
+        # Runs between fork and exec: only rlimits and prctl, no allocation-heavy work.
+        if memory:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        if nproc:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        if fsize:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+        if nofile:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        if cpu:
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        prepared.install()
+
+    return child_setup
+
+
+def workspace_usage(root: str, *, max_entries: int = MAX_WORKSPACE_ENTRIES) -> tuple[int, int]:
+    """(allocated bytes, entries) under `root`, never following symlinks. Stops counting
+    entries once past `max_entries`."""
+    total = 0
+    entries = 0
+    stack = [root]
+    while stack:
+        path = stack.pop()
+        try:
+            with os.scandir(path) as it:
+                for entry in it:
+                    entries += 1
+                    if entries > max_entries:
+                        return total, entries
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return total, entries
+
+
+def _protected_pids() -> set[int]:
+    """This process, init, and this process's ancestors inside the namespace."""
+    protected = {1, os.getpid()}
+    pid = os.getppid()
+    while pid > 1 and pid not in protected:
+        protected.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+            pid = int(stat.rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return protected
+
+
+def _live_foreign_pids(protected: set[int], uid: int) -> list[int]:
+    found: list[int] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        if pid in protected:
+            continue
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X"):
+            found.append(pid)
+    return found
+
+
+def sweep_processes() -> bool:
+    """SIGKILL every process this uid may signal except this one, init and our ancestors, and
+    wait (bounded) until none is left. True when the namespace is clean."""
+    protected = _protected_pids()
+    uid = os.getuid()
+    deadline = time.monotonic() + SWEEP_GRACE_S
+    while True:
+        ancestors_only = protected == {1, os.getpid()}
+        if ancestors_only:
+            # kill(-1) reaches every process we may signal but ourselves and init; it is the only
+            # way to catch a fork bomb that keeps spawning while we walk /proc.
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+        leftovers = _live_foreign_pids(protected, uid)
+        if not leftovers:
+            return True
+        for pid in leftovers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+
+
+def _result(
+    *,
+    exit_code: int | None = None,
+    sig: int | None = None,
+    stdout: bytes = b"",
+    stderr: bytes = b"",
+    duration_ms: int = 0,
+    timed_out: bool = False,
+    truncated: bool = False,
+    oom: bool = False,
+    workspace_exceeded: bool = False,
+    error: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "op": "result",
+        "exit_code": exit_code,
+        "signal": sig,
+        "stdout_b64": base64.b64encode(stdout).decode(),
+        "stderr_b64": base64.b64encode(stderr).decode(),
+        "duration_ms": duration_ms,
+        "timed_out": timed_out,
+        "truncated": truncated,
+        "oom": oom,
+        "workspace_exceeded": workspace_exceeded,
+        "error": None if error is None else {"code": error[0], "message": error[1]},
+    }
+
+
+class Runner:
+    """Runs one command at a time under the session's limits."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._child_setup = _child_setup_factory(config)
+
+    def _over_quota(self) -> bool:
+        if not self.config.workspace_bytes:
+            return False
+        used, entries = workspace_usage(self.config.workspace)
+        return used > self.config.workspace_bytes or entries > MAX_WORKSPACE_ENTRIES
+
+    def run(self, spec: ExecSpec) -> dict[str, Any]:
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                spec.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=spec.cwd,
+                env=spec.env,
+                close_fds=True,
+                start_new_session=True,
+                preexec_fn=self._child_setup,  # noqa: PLW1509 - limits must be set pre-exec
+            )
+        except FileNotFoundError as exc:
+            if exc.filename == spec.cwd:
+                msg = f"working directory {spec.cwd} does not exist"
+                return _result(exit_code=126, stderr=msg.encode(), error=("invalid_args", msg))
+            msg = f"{spec.argv[0]}: command not found"
+            return _result(exit_code=127, stderr=msg.encode(), error=("not_found", msg))
+        except (PermissionError, IsADirectoryError, NotADirectoryError) as exc:
+            msg = f"{spec.argv[0]}: {exc.strerror or exc}"
+            return _result(exit_code=126, stderr=msg.encode(), error=("denied", msg))
+        except OSError as exc:
+            msg = f"{spec.argv[0]}: cannot execute: {exc.strerror or exc}"
+            return _result(exit_code=126, stderr=msg.encode(), error=("denied", msg))
+        except subprocess.SubprocessError as exc:
+            msg = f"the command's limits or seccomp filter could not be applied: {exc}"
+            return _result(exit_code=None, error=("sandbox_error", msg))
+        return self._supervise(proc, spec, started)
+
+    def _supervise(
+        self, proc: subprocess.Popen[bytes], spec: ExecSpec, started: float
+    ) -> dict[str, Any]:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        limit = spec.output_limit
+        out_fd = proc.stdout.fileno()
+        err_fd = proc.stderr.fileno()
+        buffers: dict[int, bytearray] = {out_fd: bytearray(), err_fd: bytearray()}
+        truncated = False
+        timed_out = False
+        quota_hit = False
+        killed_by_us = False
+        sel = selectors.DefaultSelector()
+        for stream in (proc.stdout, proc.stderr):
+            os.set_blocking(stream.fileno(), False)
+            sel.register(stream.fileno(), selectors.EVENT_READ, "out")
+        stdin_fd = proc.stdin.fileno()
+        stdin_data = memoryview(spec.stdin)
+        if stdin_data:
+            os.set_blocking(stdin_fd, False)
+            sel.register(stdin_fd, selectors.EVENT_WRITE, "in")
+        else:
+            proc.stdin.close()
+        pidfd: int | None = None
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+            sel.register(pidfd, selectors.EVENT_READ, "exit")
+        except (AttributeError, OSError):
+            pidfd = None
+        deadline = started + spec.timeout_s
+        scan_interval = 0.05
+        next_scan = started + scan_interval
+        exited = False
+        open_outputs = 2
+
+        def kill_all() -> None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            if self.config.sweep:
+                sweep_processes()
+
+        while open_outputs or not exited:
+            now = time.monotonic()
+            if not timed_out and not quota_hit and now >= deadline:
+                timed_out = True
+                killed_by_us = True
+                kill_all()
+            if self.config.workspace_bytes and not quota_hit and now >= next_scan:
+                scan_started = time.monotonic()
+                if self._over_quota():
+                    quota_hit = True
+                    killed_by_us = True
+                    kill_all()
+                # scanning a big workspace must not eat the call's time: back off
+                scan_interval = max(0.05, 4 * (time.monotonic() - scan_started))
+                next_scan = time.monotonic() + scan_interval
+            if not exited and proc.poll() is not None:
+                exited = True
+                if pidfd is not None:
+                    sel.unregister(pidfd)
+                    os.close(pidfd)
+                    pidfd = None
+                # Whatever the command left behind dies now, which also closes every copy of
+                # its output pipes so the reads below reach EOF.
+                if self.config.sweep:
+                    sweep_processes()
+                else:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+                continue
+            wait = min(deadline, next_scan) - time.monotonic()
+            if pidfd is None and not exited:
+                wait = min(wait, 0.01)
+            events = sel.select(timeout=max(0.0, wait) if not (timed_out or quota_hit) else 0.05)
+            for key, _ in events:
+                fd = int(key.fd)
+                if key.data == "in":
+                    try:
+                        written = os.write(fd, stdin_data[:65536])
+                        stdin_data = stdin_data[written:]
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        stdin_data = stdin_data[:0]
+                    if not stdin_data:
+                        sel.unregister(fd)
+                        proc.stdin.close()
+                elif key.data == "out":
+                    try:
+                        chunk = os.read(fd, _READ_CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        sel.unregister(fd)
+                        open_outputs -= 1
+                        continue
+                    buf = buffers[fd]
+                    room = limit - len(buf)
+                    if room > 0:
+                        buf += chunk[:room]
+                    if len(chunk) > max(room, 0):
+                        truncated = True
+                # "exit": the loop head notices via poll()
+        sel.close()
+        if not proc.stdin.closed:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        proc.stdout.close()
+        proc.stderr.close()
+        returncode = proc.wait()
+        if self.config.workspace_bytes and not quota_hit and self._over_quota():
+            quota_hit = True
+        duration_ms = int((time.monotonic() - started) * 1000)
+        exit_code: int | None = returncode if returncode >= 0 else None
+        sig = -returncode if returncode < 0 else None
+        out = bytes(buffers[out_fd])
+        err = bytes(buffers[err_fd])
+        oom = (sig == signal.SIGKILL and not killed_by_us) or any(m in err for m in _OOM_MARKERS)
+        return _result(
+            exit_code=exit_code,
+            sig=sig,
+            stdout=out,
+            stderr=err,
+            duration_ms=duration_ms,
+            timed_out=timed_out,
+            truncated=truncated,
+            oom=oom,
+            workspace_exceeded=quota_hit,
+        )
+
+
+# ---------------------------------------------------------------------------- modes
+
+
+def _start_bridge(bridge: Mapping[str, Any]) -> None:
+    module = _load_sibling("bridge")
+    host = str(bridge.get("listen_host", "127.0.0.1"))
+    port = int(bridge.get("listen_port", 3128))
+    unix_path = str(bridge["unix_path"])
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            ready.set()
+            module.serve_bridge(host, port, unix_path)
+        except BaseException as exc:  # noqa: BLE001 - reported to the host below
+            failure.append(exc)
+            print(f"supervisor: egress bridge stopped: {exc!r}", file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=run, name="egress-bridge", daemon=True)
+    thread.start()
+    ready.wait()
+    # The bridge must be accepting before the first command: wait until the port answers.
+    import socket
+
+    deadline = time.monotonic() + 5.0
+    while True:
+        if failure:
+            raise RuntimeError(f"egress bridge failed to start: {failure[0]!r}")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"egress bridge is not listening on {host}:{port}") from None
+            time.sleep(0.01)
+
+
+def _install_own_filter() -> None:
+    seccomp = _load_sibling("seccomp")
+    seccomp.prepare(allow_unix_sockets=True).install()
+
+
+def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
+    try:
+        first = read_frame(stdin)
+    except ProtocolError as exc:
+        write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
+        return 1
+    if first is None:
+        return 0
+    try:
+        if first.get("op") != "configure":
+            raise ProtocolError("the first frame must be a configure frame")
+        config = parse_config(first.get("config"))
+        harden_self()
+        # The supervisor's own filter goes on before any thread exists, so the bridge thread
+        # inherits it; it allows AF_UNIX, which the bridge needs to reach the host.
+        _install_own_filter()
+        runner = Runner(config)
+        if config.bridge is not None:
+            _start_bridge(config.bridge)
+    except Exception as exc:  # noqa: BLE001 - every set-up failure is reported, then we exit
+        write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
+        return 1
+    write_frame(
+        stdout,
+        {"op": "ready", "pid": os.getpid(), "uid": os.getuid(), "bridge": bool(config.bridge)},
+    )
+    while True:
+        try:
+            message = read_frame(stdin)
+        except ProtocolError as exc:
+            write_frame(stdout, {"op": "error", "code": "invalid_args", "message": str(exc)})
+            return 1
+        if message is None:
+            return 0
+        op = message.get("op")
+        if op == "exec":
+            try:
+                spec = parse_exec(message, config)
+            except ProtocolError as exc:
+                write_frame(stdout, {"op": "error", "code": "invalid_args", "message": str(exc)})
+                continue
+            write_frame(stdout, runner.run(spec))
+        elif op == "ping":
+            write_frame(stdout, {"op": "pong"})
+        elif op == "shutdown":
+            write_frame(stdout, {"op": "bye"})
+            return 0
+        else:
+            write_frame(
+                stdout, {"op": "error", "code": "invalid_args", "message": f"unknown op {op!r}"}
+            )
+
+
+def run_one(raw: bytes, stdout: BinaryIO) -> int:
+    try:
+        request = json.loads(raw)
+        if not isinstance(request, dict) or not isinstance(request.get("exec"), dict):
+            raise ProtocolError('the request must be {"config": {...}, "exec": {...}}')
+        config = parse_config(request.get("config"))
+        config.bridge = None
+        spec = parse_exec(request["exec"], config)
+    except (ValueError, ProtocolError) as exc:
+        stdout.write(
+            json.dumps({"op": "error", "code": "invalid_args", "message": str(exc)}).encode()
+            + b"\n"
+        )
+        stdout.flush()
+        return 2
+    try:
+        harden_self()
+        runner = Runner(config)
+        result = runner.run(spec)
+    except Exception as exc:  # noqa: BLE001 - reported as a result, never run unconfined
+        result = _result(error=("sandbox_error", f"supervisor failed: {exc}"))
+    stdout.write(json.dumps(result, separators=(",", ":")).encode() + b"\n")
+    stdout.flush()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if os.getuid() == 0:
+        print("supervisor: refusing to run as uid 0", file=sys.stderr)
+        return 3
+    if len(argv) >= 1 and argv[0] == "serve":
+        return serve(sys.stdin.buffer, sys.stdout.buffer)
+    if len(argv) >= 1 and argv[0] == "run-one":
+        if len(argv) == 3 and argv[1] == "--request-b64":
+            try:
+                raw = base64.b64decode(argv[2], validate=True)
+            except binascii.Error as exc:
+                print(f"supervisor: --request-b64 is not base64: {exc}", file=sys.stderr)
+                return 2
+        elif len(argv) == 1:
+            raw = sys.stdin.buffer.read(MAX_FRAME_BYTES + 1)
+        else:
+            print("usage: supervisor.py run-one [--request-b64 B64]", file=sys.stderr)
+            return 2
+        return run_one(raw, sys.stdout.buffer)
+    print("usage: supervisor.py serve | run-one [--request-b64 B64]", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            sys.exit(0)
+        raise
