@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
 from django.db.models import Max, Model
@@ -299,9 +300,34 @@ def _recompute_hash(files: Iterable[SkillFile]) -> str:
     return bundle_lib.content_hash((f.path, bytes(f.data)) for f in files)
 
 
+def _limits() -> bundle_lib.BundleLimits:
+    return bundle_lib.BundleLimits(
+        max_file_bytes=settings.MOTOR_SKILL_MAX_FILE_BYTES,
+        max_total_bytes=settings.MOTOR_SKILL_MAX_TOTAL_BYTES,
+        max_archive_entries=settings.MOTOR_SKILL_MAX_ARCHIVE_ENTRIES,
+        max_compression_ratio=settings.MOTOR_SKILL_MAX_COMPRESSION_RATIO,
+    )
+
+
+# Stored versions are re-read without limits: they passed the limits in force when installed.
+_UNLIMITED = bundle_lib.BundleLimits(
+    max_file_bytes=2**62,
+    max_total_bytes=2**62,
+    max_archive_entries=2**31,
+    max_compression_ratio=2**31,
+)
+
+
 def _bundle_of(version: SkillVersion) -> bundle_lib.Bundle:
+    """Rebuild a stored version as a Bundle (for review, diff and export).
+
+    Stored versions were validated at install; limits are not re-applied so that lowering a
+    limit later never makes old versions unreadable.
+    """
     return bundle_lib.bundle_from_files(
-        {f.path: bytes(f.data) for f in _version_files(version)}, dir_name=version.skill.name
+        {f.path: bytes(f.data) for f in _version_files(version)},
+        dir_name=version.skill.name,
+        limits=_UNLIMITED,
     )
 
 
@@ -609,6 +635,22 @@ def _bundle_error(exc: bundle_lib.BundleError, what: str) -> SkillValidationErro
     return SkillValidationError(f"{what} was refused:", problems=exc.problems)
 
 
+def _prefixed(where: str, exc: bundle_lib.BundleError) -> list[bundle_lib.Problem]:
+    """Problems of one skill of a tree or archive, with paths relative to the import root."""
+    if where in ("", ".", bundle_lib.BUNDLE_PATH):
+        return list(exc.problems)
+    return [
+        bundle_lib.Problem(f"{where}/{p.path}".rstrip("/"), p.rule, p.message) for p in exc.problems
+    ]
+
+
+def _refuse_partial(
+    what: str, errors: Sequence[tuple[str, bundle_lib.BundleError]]
+) -> SkillValidationError:
+    problems = [problem for where, exc in errors for problem in _prefixed(where, exc)]
+    return SkillValidationError(f"{what} was refused (nothing was imported):", problems=problems)
+
+
 def _install_many(
     bundles: Sequence[bundle_lib.Bundle],
     *,
@@ -650,7 +692,7 @@ def skill_import_pasted(
 ) -> InstallResult:
     """Install pasted SKILL.md text (seed 000 Scenario 6); nothing is executed."""
     try:
-        bundle = bundle_lib.bundle_from_pasted(text)
+        bundle = bundle_lib.bundle_from_pasted(text, limits=_limits())
     except bundle_lib.BundleError as exc:
         raise _bundle_error(exc, "The pasted SKILL.md") from exc
     provenance = {"source": source, "fetched_at": timezone.now().isoformat()}
@@ -662,18 +704,16 @@ def skill_import_directory(
 ) -> list[InstallResult]:
     """Install one skill directory, or every skill in a tree of them, all or nothing."""
     path = Path(path)
+    if not path.is_dir() or path.is_symlink():
+        raise SkillValidationError(
+            f"{path} is not a directory.", details={"rule": "not-a-directory", "path": str(path)}
+        )
     try:
-        if (path / "SKILL.md").exists() or (path / "SKILL.md").is_symlink():
-            bundles = [bundle_lib.bundle_from_directory(path)]
-        else:
-            bundles = list(bundle_lib.bundles_from_tree(path))
+        bundles, errors = bundle_lib.bundles_from_tree(path, limits=_limits())
     except bundle_lib.BundleError as exc:
         raise _bundle_error(exc, f"Directory {path}") from exc
-    if not bundles:
-        raise SkillValidationError(
-            f"Directory {path} contains no SKILL.md.",
-            details={"rule": "no_skill", "path": str(path)},
-        )
+    if errors:
+        raise _refuse_partial(f"Directory {path}", errors)
     provenance = {"source": str(path.resolve()), "fetched_at": timezone.now().isoformat()}
     return _install_many(bundles, actor=actor, agent=agent, provenance=provenance)
 
@@ -683,14 +723,11 @@ def skill_import_archive(
 ) -> list[InstallResult]:
     """Install the skills of a .zip / .tar.gz archive; every entry is checked first."""
     try:
-        bundles = list(bundle_lib.bundles_from_archive(data, filename=filename))
+        bundles, errors = bundle_lib.bundles_from_archive(data, filename=filename, limits=_limits())
     except bundle_lib.BundleError as exc:
         raise _bundle_error(exc, f"Archive {filename}") from exc
-    if not bundles:
-        raise SkillValidationError(
-            f"Archive {filename} contains no SKILL.md.",
-            details={"rule": "no_skill", "path": filename},
-        )
+    if errors:
+        raise _refuse_partial(f"Archive {filename}", errors)
     provenance = {"source": filename, "fetched_at": timezone.now().isoformat()}
     return _install_many(bundles, actor=actor, agent=agent, provenance=provenance)
 
@@ -717,7 +754,9 @@ def skill_prepare_workspace(*, version: SkillVersion, workspace: Path) -> list[s
             )
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(bytes(f.data))
-    bundle_lib.write_baseline(workspace, {version.skill.name: {f.path: f.sha256 for f in files}})
+    bundle_lib.write_baseline(
+        workspace, ((f.path, bytes(f.data)) for f in files), skill_name=version.skill.name
+    )
     return [f.path for f in files]
 
 
@@ -731,40 +770,52 @@ def skills_extract_from_workspace(
 ) -> ExtractionResult:
     """Install the skills a run created or changed in `workspace` (seed 000 "Post-Run Extraction").
 
-    Each changed skill is validated and installed in its own transaction, so one invalid skill
-    never blocks the others; it is reported in `failed` with the reason. Unchanged skills create
-    no version and keep their status. Nothing in the workspace is executed or modified.
+    Skill directories are the workspace root (when it holds a SKILL.md), `skills/<name>/` and
+    `<name>/` (see `skills.bundle.find_skill_dirs`). Each is diffed against the baseline written
+    by `skill_prepare_workspace` (missing baseline: every file is new). A skill without changes
+    creates no version and keeps its status (a run's pending credentials are still stored for
+    it as a policy-only edit). A changed skill is validated and installed in its own transaction,
+    so one invalid skill never blocks the others; it is listed in `failed` with the reason.
+    Nothing in the workspace is executed or modified.
     """
     workspace = Path(workspace)
     actor = actor or Actor.system(f"run {run_id}")
+    limits = _limits()
     result: ExtractionResult = {"created": [], "updated": [], "unchanged": [], "failed": []}
     baseline = bundle_lib.read_baseline(workspace)
     timestamp = timezone.now().isoformat()
     for skill_dir in bundle_lib.find_skill_dirs(workspace):
-        key = bundle_lib.baseline_key(workspace, skill_dir)
-        label = skill_dir.name if skill_dir != workspace else key
+        at_root = skill_dir == workspace
+        prefix = "" if at_root else skill_dir.relative_to(workspace).as_posix() + "/"
+        if at_root:
+            label = (baseline.skill_name if baseline else None) or "."
+        else:
+            label = skill_dir.name
         try:
-            current = bundle_lib.scan_skill_dir(skill_dir)
-            diff = bundle_lib.diff_against_baseline(baseline.get(key), current)
+            current = bundle_lib.scan_skill_dir(skill_dir, limits=limits)
         except bundle_lib.BundleError as exc:
             result["failed"].append({"name": label, "reason": _bundle_error(exc, label).message})
             continue
-        if not diff.changed_files and not diff.added_files and not diff.deleted_files:
-            name = key
+        diff = bundle_lib.diff_against_baseline(current, baseline, prefix=prefix)
+        if not diff.has_changes:
             if pending_credentials and agent is not None:
-                _merge_credentials_unchanged(name, agent, pending_credentials, actor)
-            result["unchanged"].append(name)
+                _merge_credentials_unchanged(label, agent, pending_credentials, actor)
+            result["unchanged"].append(label)
             continue
         try:
-            bundle = bundle_lib.bundle_from_directory(skill_dir)
+            # The workspace root is named after the run, not the skill: only subdirectories
+            # must match the skill's name.
+            bundle = bundle_lib.bundle_from_files(
+                current, dir_name=None if at_root else skill_dir.name, limits=limits
+            )
         except bundle_lib.BundleError as exc:
             result["failed"].append({"name": label, "reason": _bundle_error(exc, label).message})
             continue
         extracted_from = {
             "run_id": str(run_id),
             "timestamp": timestamp,
-            "changed_files": sorted(diff.changed_files + diff.added_files),
-            "deleted_files": sorted(diff.deleted_files),
+            "changed_files": sorted(diff.changed + diff.added),
+            "deleted_files": sorted(diff.deleted),
         }
         try:
             with transaction.atomic():
@@ -772,17 +823,11 @@ def skills_extract_from_workspace(
                     bundle=bundle,
                     actor=actor,
                     agent=agent,
-                    provenance=None,
+                    provenance=_bundle_provenance(bundle),
                     extracted_from=extracted_from,
                     pending_credentials=pending_credentials,
                     apply_proposal=False,
                 )
-                if (
-                    agent is not None
-                    and installed.policy is not None
-                    and not installed.version_created
-                ):
-                    pass
         except SkillError as exc:
             result["failed"].append({"name": bundle.name, "reason": exc.message})
             continue
@@ -890,7 +935,7 @@ def skill_load_for_execution(*, name: str, agent: Model, actor: Actor | None = N
         raise mismatch
     loaded_files = tuple(LoadedFile(path=f.path, data=bytes(f.data)) for f in files)
     skill_md = next((f.data for f in loaded_files if f.path == "SKILL.md"), b"")
-    instructions = bundle_lib.instructions_body(skill_md)
+    instructions = bundle_lib.parse_skill_md(skill_md).body
     return LoadedSkill(
         skill=skill,
         version=version,
