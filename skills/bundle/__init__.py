@@ -1,0 +1,111 @@
+"""Agent Skills bundles: parsing, validation, hashing, workspace diffs and deterministic review.
+
+Plain Python with no Django import, so that anything (the skills app, workers, management
+commands, tools without a database) can validate a skill. Limits are passed in as
+:class:`BundleLimits`; nothing here reads settings.
+
+Ways in, all returning validated :class:`Bundle` objects or raising one :class:`BundleError`
+that lists every problem as ``<path>: <message> [<rule>]``:
+
+* :func:`bundle_from_files` — a ``{path: bytes}`` mapping
+* :func:`bundle_from_pasted` — a pasted SKILL.md
+* :func:`bundle_from_directory` / :func:`bundles_from_tree` — directories on disk
+* :func:`bundles_from_archive` — uploaded .zip / .tar.gz / .tgz / .tar
+* :func:`scan_skill_dir` + :func:`diff_against_baseline` — run workspaces
+
+The content hash is defined byte-for-byte in :mod:`skills.bundle.hashing`.
+"""
+
+from __future__ import annotations
+
+from .archives import bundles_from_archive
+from .build import BUNDLE_PATH, bundle_from_files, bundle_from_pasted
+from .filesystem import (
+    BASELINE_FILE,
+    bundle_from_directory,
+    bundles_from_tree,
+    scan_skill_dir,
+)
+from .hashing import content_hash, sha256_hex
+from .paths import CONTENT_DIRS, DENIED_DIRS, check_path, classify
+from .review import (
+    FileChange,
+    InventoryEntry,
+    ReviewFacts,
+    VersionDiff,
+    diff_bundles,
+    review_bundle,
+)
+from .skillmd import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_NAME_CHARS,
+    NAME_RE,
+    installation_problems,
+    parse_skill_md,
+    spec_findings,
+)
+from .types import (
+    POLICY_FILE,
+    SKILL_MD,
+    Bundle,
+    BundleError,
+    BundleFile,
+    BundleLimits,
+    Finding,
+    ParsedSkillMd,
+    Problem,
+    Severity,
+)
+from .workspace import (
+    Baseline,
+    WorkspaceDiff,
+    diff_against_baseline,
+    find_skill_dirs,
+    read_baseline,
+    write_baseline,
+)
+
+__all__ = [
+    "BASELINE_FILE",
+    "BUNDLE_PATH",
+    "CONTENT_DIRS",
+    "DENIED_DIRS",
+    "MAX_DESCRIPTION_CHARS",
+    "MAX_NAME_CHARS",
+    "NAME_RE",
+    "POLICY_FILE",
+    "SKILL_MD",
+    "Baseline",
+    "Bundle",
+    "BundleError",
+    "BundleFile",
+    "BundleLimits",
+    "FileChange",
+    "Finding",
+    "InventoryEntry",
+    "ParsedSkillMd",
+    "Problem",
+    "ReviewFacts",
+    "Severity",
+    "VersionDiff",
+    "WorkspaceDiff",
+    "bundle_from_directory",
+    "bundle_from_files",
+    "bundle_from_pasted",
+    "bundles_from_archive",
+    "bundles_from_tree",
+    "check_path",
+    "classify",
+    "content_hash",
+    "diff_against_baseline",
+    "diff_bundles",
+    "find_skill_dirs",
+    "installation_problems",
+    "parse_skill_md",
+    "read_baseline",
+    "review_bundle",
+    "scan_skill_dir",
+    "sha256_hex",
+    "spec_findings",
+    "write_baseline",
+]

@@ -1,0 +1,323 @@
+"""Reading skills from directories without ever following a link.
+
+The walk holds a file descriptor for each directory and opens children relative to it with
+``O_NOFOLLOW``, so a path component cannot be swapped for a symlink between the check and the
+read. Every entry is examined with ``lstat`` semantics: a symlink, a hard-linked file
+(``st_nlink > 1``), a device, FIFO or socket anywhere below the skill directory refuses the
+skill. Denylisted directories (``node_modules/``, ``.git/``, …) are pruned — never entered and
+never read — so what lies inside them cannot reach the skill either way (npm routinely leaves
+symlinks in ``node_modules/.bin``). File contents are read only while the skill is still within
+its size limits, so a huge file is never loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .build import BUNDLE_PATH, assemble, size_problems
+from .paths import DENIED_DIRS, PathKind, check_path, classify, skipped_findings
+from .types import SKILL_MD, Bundle, BundleError, BundleLimits, Finding, Problem
+
+#: Written into a prepared workspace; never skill content and not worth a finding.
+BASELINE_FILE = ".motor-baseline.json"
+
+_READ_CHUNK = 65_536  # bytes
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass
+class ScanResult:
+    """What a directory walk found; nothing here has been validated as a skill yet."""
+
+    content: dict[str, bytes] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    policy_raw: bytes | None = None
+    problems: list[Problem] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _kind_name(mode: int) -> str:
+    if stat.S_ISCHR(mode):
+        return "character device"
+    if stat.S_ISBLK(mode):
+        return "block device"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    return "special file"
+
+
+def _read_at(dir_fd: int, name: str, expected: os.stat_result, cap: int) -> bytes | None:
+    """Read a regular file relative to ``dir_fd``; None if it changed since it was listed."""
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (
+            expected.st_dev,
+            expected.st_ino,
+        ):
+            return None
+        chunks = []
+        remaining = cap + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(_READ_CHUNK, remaining))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) != expected.st_size:
+            return None
+        return data
+    finally:
+        os.close(fd)
+
+
+def scan_directory(path: Path, *, limits: BundleLimits) -> ScanResult:
+    """Walk a skill directory and collect content, sizes, policy.json, problems and findings.
+
+    Never raises for content problems; they are returned so that callers can report them
+    together with the SKILL.md problems.
+    """
+    result = ScanResult()
+    problems = result.problems
+    try:
+        root_fd = os.open(path, _DIR_FLAGS)
+    except FileNotFoundError:
+        problems.append(Problem(BUNDLE_PATH, "not-found", f"{path} does not exist"))
+        return result
+    except OSError:
+        if os.path.islink(path):
+            problems.append(
+                Problem(BUNDLE_PATH, "symlink", "the skill directory is a symbolic link")
+            )
+        else:
+            problems.append(Problem(BUNDLE_PATH, "not-a-directory", f"{path} is not a directory"))
+        return result
+
+    skipped: list[tuple[str, PathKind]] = []
+    total = 0
+    visited = 0
+    stack: list[tuple[int, str]] = [(root_fd, "")]
+    try:
+        while stack:
+            dir_fd, prefix = stack.pop()
+            try:
+                with os.scandir(dir_fd) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+                for entry in entries:
+                    rel = prefix + entry.name
+                    visited += 1
+                    if visited > limits.max_archive_entries:
+                        problems.append(
+                            Problem(
+                                BUNDLE_PATH,
+                                "too-many-files",
+                                f"more than {limits.max_archive_entries:,} files and directories",
+                            )
+                        )
+                        return result
+                    if prefix == "" and entry.name == BASELINE_FILE:
+                        st = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(st.st_mode):
+                            continue
+                    norm, path_problems = check_path(rel)
+                    if path_problems:
+                        problems.extend(path_problems)
+                        continue
+                    st = entry.stat(follow_symlinks=False)
+                    mode = st.st_mode
+                    if stat.S_ISLNK(mode):
+                        try:
+                            target = os.readlink(entry.name, dir_fd=dir_fd)
+                        except OSError:
+                            target = "?"
+                        problems.append(
+                            Problem(
+                                norm,
+                                "symlink",
+                                f"symbolic link to {target!r}; links are never followed or stored",
+                            )
+                        )
+                    elif stat.S_ISDIR(mode):
+                        if entry.name in DENIED_DIRS:
+                            skipped.append((norm + "/", "denied"))
+                            continue
+                        try:
+                            child = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+                        except OSError:
+                            problems.append(
+                                Problem(norm, "unreadable", "directory cannot be opened")
+                            )
+                            continue
+                        stack.append((child, norm + "/"))
+                    elif stat.S_ISREG(mode):
+                        if st.st_nlink > 1:
+                            problems.append(
+                                Problem(
+                                    norm,
+                                    "hardlink",
+                                    f"file has {st.st_nlink} hard links; skill files must be "
+                                    "plain files",
+                                )
+                            )
+                            continue
+                        kind = classify(norm)
+                        if kind == "policy":
+                            data = _read_at(dir_fd, entry.name, st, limits.max_file_bytes)
+                            result.policy_raw = data if data is not None else b""
+                        elif kind == "content":
+                            result.sizes[norm] = st.st_size
+                            total += st.st_size
+                            if st.st_size > limits.max_file_bytes:
+                                continue
+                            if total > limits.max_total_bytes and norm != SKILL_MD:
+                                continue
+                            data = _read_at(dir_fd, entry.name, st, limits.max_file_bytes)
+                            if data is None:
+                                problems.append(
+                                    Problem(norm, "file-changed", "file changed while being read")
+                                )
+                            else:
+                                result.content[norm] = data
+                        else:
+                            skipped.append((norm, kind))
+                    else:
+                        problems.append(
+                            Problem(
+                                norm,
+                                "special-file",
+                                f"{_kind_name(mode)}; only regular files and directories are "
+                                "allowed",
+                            )
+                        )
+            finally:
+                os.close(dir_fd)
+    finally:
+        for fd, _ in stack:
+            os.close(fd)
+    result.findings.extend(skipped_findings(skipped))
+    return result
+
+
+def scan_skill_dir(path: Path, *, limits: BundleLimits = BundleLimits()) -> dict[str, bytes]:
+    """The content files of one skill directory as ``{relative path: bytes}``.
+
+    Only SKILL.md, references/**, scripts/** and assets/** are returned; policy.json, denylisted
+    and other files are left out. Raises :class:`BundleError` for links, hard links, devices,
+    FIFOs or sockets anywhere below (pruned denylisted directories excepted), bad names and files
+    or totals over the limits. SKILL.md itself is not validated here.
+    """
+    scanned = scan_directory(path, limits=limits)
+    problems = scanned.problems + size_problems(scanned.sizes, limits)
+    if problems:
+        raise BundleError(problems)
+    return dict(scanned.content)
+
+
+def bundle_from_directory(
+    path: Path,
+    *,
+    limits: BundleLimits = BundleLimits(),
+    check_dir_name: bool = True,
+) -> Bundle:
+    """Read and validate the skill stored in directory ``path`` (its name is the directory's)."""
+    path = Path(path)
+    scanned = scan_directory(path, limits=limits)
+    return assemble(
+        content=scanned.content,
+        sizes=scanned.sizes,
+        policy_raw=scanned.policy_raw,
+        dir_name=path.name or None,
+        check_dir_name=check_dir_name,
+        limits=limits,
+        problems=scanned.problems,
+        findings=scanned.findings,
+    )
+
+
+_TREE_DEPTH = 3  # directory levels searched below a tree root for skill directories
+
+
+def _find_tree_skills(root: Path) -> tuple[list[str], list[tuple[str, BundleError]]]:
+    """Relative directories holding a SKILL.md (not nested in another), plus link errors."""
+    found: list[str] = []
+    errors: list[tuple[str, BundleError]] = []
+
+    def visit(directory: Path, rel: str, depth: int) -> None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            child_rel = f"{rel}/{entry.name}" if rel else entry.name
+            if entry.name in DENIED_DIRS or entry.name.startswith("."):
+                continue
+            if entry.is_symlink():
+                errors.append(
+                    (
+                        child_rel,
+                        BundleError(
+                            [Problem(child_rel, "symlink", "symbolic links are never followed")]
+                        ),
+                    )
+                )
+                continue
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            child = Path(entry.path)
+            if os.path.lexists(child / SKILL_MD):
+                found.append(child_rel)
+            elif depth < _TREE_DEPTH:
+                visit(child, child_rel, depth + 1)
+
+    visit(root, "", 1)
+    return found, errors
+
+
+def bundles_from_tree(
+    path: Path, *, limits: BundleLimits = BundleLimits()
+) -> tuple[list[Bundle], list[tuple[str, BundleError]]]:
+    """Read a directory that is one skill, or that holds skill directories.
+
+    If ``path`` has a SKILL.md it is one skill (keyed by its own name). Otherwise every
+    directory up to three levels down that holds a SKILL.md is a skill (keyed by its path
+    relative to ``path``; skills are not looked for inside other skills, hidden or denylisted
+    directories). Each skill is validated on its own: the valid ones are returned, the others
+    listed with their error. Symbolic links met while searching are reported as errors.
+    """
+    path = Path(path)
+    if os.path.islink(path):
+        problem = Problem(BUNDLE_PATH, "symlink", "the skill directory is a symbolic link")
+        return [], [(path.name, BundleError([problem]))]
+    if os.path.lexists(path / SKILL_MD):
+        try:
+            return [bundle_from_directory(path, limits=limits)], []
+        except BundleError as exc:
+            return [], [(path.name, exc)]
+    found, errors = _find_tree_skills(path)
+    bundles: list[Bundle] = []
+    for rel in found:
+        try:
+            bundles.append(bundle_from_directory(path / rel, limits=limits))
+        except BundleError as exc:
+            errors.append((rel, exc))
+    if not found and not errors:
+        errors.append(
+            (
+                BUNDLE_PATH,
+                BundleError(
+                    [Problem(BUNDLE_PATH, "no-skills", f"no SKILL.md found in {path} or below")]
+                ),
+            )
+        )
+    errors.sort(key=lambda item: item[0])
+    return bundles, errors

@@ -1,0 +1,695 @@
+"""Deterministic review of a skill's files: what they reference, what looks dangerous, what changed.
+
+Everything here is plain text analysis of the files as stored; nothing is executed, fetched or
+trusted. A reviewer sees these facts before deciding, and the sandbox still enforces the policy.
+
+**Credentials** (names of environment variables / vault entries the files use):
+
+* ``process.env.X``, ``process.env["X"]``, ``process.env['X']`` (JavaScript/TypeScript)
+* ``os.environ["X"]``, ``os.environ['X']``, ``os.environ.get("X")``, ``os.getenv("X")`` (Python)
+* ``${X}`` / ``${X:-default}`` and ``$X`` inside fenced ``bash``/``sh``/``zsh``/``shell``
+  blocks, and in whole shell scripts (``*.sh``/``*.bash``/``*.zsh`` or a ``#!…sh`` shebang).
+  Shell references count only for UPPERCASE names (lowercase shell names are local variables
+  by convention) that the same block or script does not itself assign (``X=…``, ``export X=``,
+  ``for X in``, ``read X``).
+* ``VAULT_X`` anywhere. The name is reported as written (``VAULT_X``) and
+  ``vault_aliases`` notes that it maps to the vault credential ``X``; a declared credential
+  covers a reference when the two are equal ignoring case and a leading ``VAULT_``.
+
+Shell specials (``$0``-``$9``, ``$?``, ``$!``, ``$@``, ``$#``, ``$$``, ``$*``, ``$-``,
+``$_``) and well-known non-secret variables (:data:`WELL_KNOWN_VARS`) are never reported.
+
+**Domains**: the host of every ``http://``/``https://`` URL, parsed with :mod:`urllib.parse`,
+lowercased, IDNA-encoded, without a trailing dot; placeholder hosts (``localhost``,
+``example.com``/``.org``/``.net`` and their subdomains, the reserved ``.example``, ``.test``,
+``.invalid`` and ``.localhost`` TLDs, ``your-*`` hosts, loopback and unspecified addresses) are
+left out. A declared domain covers a host when equal, or when it is ``*.parent`` and the host is
+below ``parent``.
+
+Binary files (any NUL byte) are inventoried but not scanned as text; a zip among them is
+still checked for password-protected entries.
+"""
+
+from __future__ import annotations
+
+import difflib
+import io
+import ipaddress
+import json
+import re
+import zipfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+from urllib.parse import urlsplit
+
+from .hashing import content_hash, sha256_hex
+from .paths import BIDI_CHARS, ZERO_WIDTH_CHARS
+from .types import Bundle, Finding, Severity, as_file_map
+
+WELL_KNOWN_VARS = frozenset(
+    {
+        "HOME", "PATH", "PWD", "OLDPWD", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE",
+        "LC_ALL", "LC_CTYPE", "TERM", "TMPDIR", "TMP", "TEMP", "TZ", "HOSTNAME", "EDITOR",
+        "VISUAL", "PAGER", "DISPLAY", "COLUMNS", "LINES", "SHLVL", "IFS", "PS1", "PS2", "PS4",
+        "RANDOM", "SECONDS", "LINENO", "UID", "EUID", "GID", "PPID", "BASHPID", "BASH",
+        "BASH_SOURCE", "BASH_VERSION", "BASH_REMATCH", "FUNCNAME", "PIPESTATUS", "OPTARG",
+        "OPTIND", "REPLY", "HISTFILE", "NODE_ENV", "NODE_PATH", "NODE_OPTIONS", "NPM_CONFIG_PREFIX",
+        "PYTHONPATH", "PYTHONHOME", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "VIRTUAL_ENV",
+        "CI", "DEBUG", "PORT", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME",
+        "XDG_RUNTIME_DIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "SSL_CERT_FILE",
+        "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GOPATH", "GOROOT", "JAVA_HOME",
+        "CARGO_HOME", "RUSTUP_HOME", "WORKSPACE", "OSTYPE", "MACHTYPE", "HOSTTYPE",
+    }
+)  # fmt: skip
+SHELL_SPECIALS = frozenset({*"0123456789", "?", "!", "@", "#", "$", "*", "-", "_"})
+
+PLACEHOLDER_HOSTS = frozenset(
+    {
+        "localhost", "example.com", "example.org", "example.net", "api.example.com",
+        "your-server.com", "your-domain.com", "yourdomain.com", "yourserver.com",
+        "yourcompany.com", "your-company.com", "yoursite.com", "your-site.com", "your-api.com",
+        "127.0.0.1", "0.0.0.0", "::1", "::",
+    }
+)  # fmt: skip
+_PLACEHOLDER_PARENTS = ("example.com", "example.org", "example.net", "localhost")
+_RESERVED_TLDS = ("example", "test", "invalid", "localhost")
+
+_SHELL_LANGS = frozenset({"bash", "sh", "zsh", "shell"})
+_SHELL_SUFFIXES = (".sh", ".bash", ".zsh")
+_SHEBANG = re.compile(r"^#!\s*\S*?(?:/env\s+)?(?:ba|z|da|k)?sh\b")
+_FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^\s`{]*)")
+
+_ENV_PATTERNS = [
+    re.compile(r"\bprocess\.env\.([A-Za-z_][A-Za-z0-9_]*)"),
+    re.compile(r"\bprocess\.env\[\s*[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']\s*\]"),
+    re.compile(r"\bos\.environ\[\s*[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']\s*\]"),
+    re.compile(r"\bos\.environ\.get\(\s*[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']"),
+    re.compile(r"\bos\.getenv\(\s*[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']"),
+]
+_VAULT = re.compile(r"(?<![A-Za-z0-9_])VAULT_[A-Za-z0-9_]+")
+_SHELL_BRACED = re.compile(r"\$\{#?([A-Za-z_][A-Za-z0-9_]*)")
+_SHELL_PLAIN = re.compile(r"(?<!\\)\$([A-Za-z_][A-Za-z0-9_]*)")
+_SHELL_ASSIGNED = [
+    re.compile(
+        r"(?m)^\s*(?:export\s+|local\s+|readonly\s+|declare\s+(?:-\w+\s+)*)?"
+        r"([A-Za-z_][A-Za-z0-9_]*)(?:\[[^\]]*\])?\+?="
+    ),
+    re.compile(r"(?m)\bfor\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\b"),
+    re.compile(r"(?m)\bread\s+(?:-\w+\s+(?:\S+\s+)?)*([A-Za-z_][A-Za-z0-9_]*)"),
+]
+_URL = re.compile(r"(?i)\bhttps?://[^\s<>\"'`\\)\]}|^]+")
+_HOST_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)+$")
+
+_MAX_FINDINGS_PER_RULE_PER_FILE = 10
+_MAX_DIFF_CHARS = 200_000
+
+
+# -- suspicious patterns ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    rule: str
+    severity: Severity
+    label: str
+    regex: re.Pattern[str]
+
+
+_FETCH = r"\b(?:curl|wget)\b"
+_SUSPICIOUS: list[_Pattern] = [
+    _Pattern(
+        "download-and-execute",
+        "danger",
+        "downloads code and runs it",
+        re.compile(
+            _FETCH + r"[^\n]*?\|\s*(?:sudo\s+(?:-\S+\s+)*)?"
+            r"(?:(?:ba|z|da|k|fi)?sh|python[0-9.]*|perl|ruby|node|php)\b"
+        ),
+    ),
+    _Pattern(
+        "download-and-execute",
+        "danger",
+        "downloads code and runs it",
+        re.compile(
+            r"\b(?:(?:ba|z)?sh|eval|source|\.)\s+(?:-c\s+)?[\"']?(?:\$\(|<\()\s*(?:curl|wget)\b"
+        ),
+    ),
+    _Pattern(
+        "download-and-execute",
+        "danger",
+        "downloads a file and makes it executable",
+        re.compile(
+            _FETCH + r"[^\n]*(?:\n[^\n]*){0,3}?\bchmod\s+(?:-\w+\s+)*"
+            r"(?:[ugoa]*\+[rwxXst]*x|0?[0-7]*[1357][0-7]*\b)"
+        ),
+    ),
+    _Pattern(
+        "download-and-execute",
+        "danger",
+        "downloads a file and runs it",
+        re.compile(_FETCH + r"[^\n]*&&\s*(?:sudo\s+)?(?:\./|(?:ba|z)?sh\s)"),
+    ),
+    _Pattern(
+        "base64-blob",
+        "warning",
+        "long base64-like blob (may hide a payload)",
+        re.compile(r"[A-Za-z0-9+/_-]{200,}={0,2}"),
+    ),
+    _Pattern(
+        "password-protected-archive",
+        "warning",
+        "unpacks or creates a password-protected archive",
+        re.compile(
+            r"\bunzip\b[^\n]*\s-P\s*\S"
+            r"|\b7za?\b[^\n]*\s-p\S"
+            r"|\bzip\b[^\n]*\s(?:-P\s*\S|-e\b|--encrypt\b|--password\b)"
+        ),
+    ),
+    _Pattern(
+        "hide-from-user",
+        "danger",
+        "tells the reader to hide something from the user",
+        re.compile(
+            r"(?i)\b(?:do\s*n['\u2019]?t|do\s+not|never)\s+(?:tell|inform|notify|show|alert|"
+            r"let)\s+(?:the\s+)?user\b"
+            r"|\bwithout\s+(?:telling|informing|notifying|asking|alerting)\s+(?:the\s+)?user\b"
+            r"|\bwithout\s+the\s+user(?:['\u2019]s)?\s+(?:knowing|knowledge|noticing|consent)"
+            r"|\b(?:hide|conceal)\s+(?:this|it|that|these|them|everything)?\s*from\s+"
+            r"(?:the\s+)?user\b"
+            r"|\bkeep\s+(?:this|it|that)\s+(?:a\s+)?(?:secret|hidden)\s+from\s+(?:the\s+)?user\b"
+            r"|\bdo\s*n['\u2019]?t\s+mention\s+(?:this|it|that)\b"
+        ),
+    ),
+    _Pattern(
+        "override-instructions",
+        "danger",
+        "tries to override earlier instructions",
+        re.compile(
+            r"(?i)\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+)?(?:of\s+)?"
+            r"(?:the\s+|your\s+)?(?:previous|prior|above|earlier|preceding|system|original)\s+"
+            r"(?:instructions|prompts?|rules|messages|directions)\b"
+        ),
+    ),
+    _Pattern(
+        "disable-safety",
+        "danger",
+        "tells the reader to disable a safety mechanism",
+        re.compile(
+            r"(?i)\b(?:disable|bypass|escape|turn\s+off|circumvent|get\s+around|break\s+out\s+of|"
+            r"switch\s+off|evade)\s+(?:the\s+|any\s+|all\s+|your\s+)?(?:sandbox(?:ing)?|safety|"
+            r"security|firewall|egress|proxy|guardrails?|restrictions?|approvals?|review|"
+            r"content\s+filters?|seccomp|apparmor|selinux)\b"
+            r"|--dangerously-skip-permissions\b|\bsetenforce\s+0\b|\biptables\s+-F\b"
+        ),
+    ),
+]
+
+
+def _snippet(text: str) -> str:
+    cleaned = "".join(
+        ch if ch.isprintable() and ch not in BIDI_CHARS and ch not in ZERO_WIDTH_CHARS else " "
+        for ch in text
+    )
+    cleaned = " ".join(cleaned.split())
+    return cleaned if len(cleaned) <= 80 else cleaned[:77] + "..."
+
+
+def _line_of(text: str, index: int) -> int:
+    return text.count("\n", 0, index) + 1
+
+
+def _suspicious_in_text(path: str, text: str) -> list[Finding]:
+    findings: list[Finding] = []
+    counts: dict[str, int] = {}
+    for pattern in _SUSPICIOUS:
+        for match in pattern.regex.finditer(text):
+            counts[pattern.rule] = counts.get(pattern.rule, 0) + 1
+            if counts[pattern.rule] > _MAX_FINDINGS_PER_RULE_PER_FILE:
+                continue
+            shown = match.group(0)
+            if pattern.rule == "base64-blob":
+                shown = f"{len(shown)} characters: {shown[:24]}"
+            findings.append(
+                Finding(
+                    path,
+                    pattern.rule,
+                    f"line {_line_of(text, match.start())}: {pattern.label}: {_snippet(shown)}",
+                    pattern.severity,
+                )
+            )
+    for rule, count in counts.items():
+        extra = count - _MAX_FINDINGS_PER_RULE_PER_FILE
+        if extra > 0:
+            severity = next(p.severity for p in _SUSPICIOUS if p.rule == rule)
+            findings.append(Finding(path, rule, f"{extra} more like this in the file", severity))
+    if any(ch in BIDI_CHARS for ch in text):
+        findings.append(
+            Finding(
+                path,
+                "hidden-characters",
+                "contains bidirectional override characters that can make text read "
+                "differently from how it displays",
+                "warning",
+            )
+        )
+    elif any(ch in ZERO_WIDTH_CHARS for ch in text.lstrip("\ufeff")):
+        findings.append(
+            Finding(path, "hidden-characters", "contains zero-width characters", "info")
+        )
+    return findings
+
+
+def _encrypted_zip(path: str, data: bytes) -> list[Finding]:
+    if not data.startswith(b"PK\x03\x04"):
+        return []
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            encrypted = [i.filename for i in archive.infolist() if i.flag_bits & 0x1]
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+        return []
+    if not encrypted:
+        return []
+    return [
+        Finding(
+            path,
+            "password-protected-archive",
+            f"zip archive with {len(encrypted)} password-protected entries (contents cannot "
+            "be reviewed)",
+            "danger",
+        )
+    ]
+
+
+# -- references ---------------------------------------------------------------------------------
+
+
+def _shell_segments(path: str, text: str) -> tuple[list[str], bool]:
+    """Shell code in a file: fenced shell blocks, or the whole file if it is a shell script."""
+    if path.lower().endswith(_SHELL_SUFFIXES) or _SHEBANG.match(text):
+        return [text], False
+    segments: list[str] = []
+    has_block = False
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        opened = _FENCE_OPEN.match(lines[i])
+        if not opened:
+            i += 1
+            continue
+        fence, lang = opened.group(1), opened.group(2).lower()
+        closing = re.compile(r"^ {0,3}" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}\s*$")
+        j = i + 1
+        while j < len(lines) and not closing.match(lines[j]):
+            j += 1
+        if lang in _SHELL_LANGS:
+            has_block = True
+            segments.append("\n".join(lines[i + 1 : j]))
+        i = j + 1
+    return segments, has_block
+
+
+def _shell_credentials(code: str) -> set[str]:
+    assigned = {m.group(1) for regex in _SHELL_ASSIGNED for m in regex.finditer(code)}
+    names = {m.group(1) for m in _SHELL_BRACED.finditer(code)}
+    names |= {m.group(1) for m in _SHELL_PLAIN.finditer(code)}
+    return {
+        name
+        for name in names
+        if name not in assigned and name == name.upper() and any(c.isalpha() for c in name)
+    }
+
+
+def _credentials(path: str, text: str) -> tuple[set[str], bool]:
+    names: set[str] = set()
+    for regex in _ENV_PATTERNS:
+        names.update(m.group(1) for m in regex.finditer(text))
+    names.update(m.group(0) for m in _VAULT.finditer(text))
+    segments, has_block = _shell_segments(path, text)
+    for code in segments:
+        names |= _shell_credentials(code)
+    names = {n for n in names if n not in WELL_KNOWN_VARS and n not in SHELL_SPECIALS}
+    return names, has_block
+
+
+def normalise_host(raw_host: str) -> str | None:
+    """Lowercase, IDNA-encode and validate a URL host; None if it is not a usable host."""
+    host = raw_host.strip().rstrip(".").lower()
+    if not host:
+        return None
+    try:
+        ip = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        pass
+    else:
+        return ip.compressed
+    try:
+        host = host.encode("idna").decode("ascii")
+    except (UnicodeError, ValueError):
+        return None
+    return host if _HOST_RE.match(host) else None
+
+
+def is_placeholder_host(host: str) -> bool:
+    """Hosts that documentation uses as stand-ins and that never need network access."""
+    if host in PLACEHOLDER_HOSTS:
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return ip.is_loopback or ip.is_unspecified
+    if any(host.endswith("." + parent) for parent in _PLACEHOLDER_PARENTS):
+        return True
+    labels = host.split(".")
+    if labels[-1] in _RESERVED_TLDS:
+        return True
+    return any(label.startswith("your-") or label.startswith("your_") for label in labels)
+
+
+def _domains(path: str, text: str) -> tuple[set[str], list[Finding]]:
+    hosts: set[str] = set()
+    findings: list[Finding] = []
+    for match in _URL.finditer(text):
+        url = match.group(0).rstrip(".,;:!?*")
+        try:
+            raw_host = urlsplit(url).hostname
+        except ValueError:
+            continue
+        if not raw_host:
+            continue
+        host = normalise_host(raw_host)
+        if host is None or is_placeholder_host(host):
+            continue
+        hosts.add(host)
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            if "xn--" in host:
+                findings.append(
+                    Finding(
+                        path,
+                        "idn-host",
+                        f"line {_line_of(text, match.start())}: internationalised host "
+                        f"{raw_host!r} (shown as {host}); check it is not a look-alike",
+                        "warning",
+                    )
+                )
+            continue
+        metadata = ip.is_link_local
+        findings.append(
+            Finding(
+                path,
+                "raw-ip-url",
+                f"line {_line_of(text, match.start())}: URL with a raw IP address {host}"
+                + (" (link-local: cloud metadata endpoints live here)" if metadata else ""),
+                "danger" if metadata else "warning",
+            )
+        )
+    return hosts, findings
+
+
+# -- facts --------------------------------------------------------------------------------------
+
+
+class InventoryEntry(TypedDict):
+    path: str
+    size: int
+    sha256_12: str
+    binary: bool
+
+
+def _declared_key(name: str) -> str:
+    lowered = name.strip().lower()
+    return lowered.removeprefix("vault_")
+
+
+def _domain_covered(host: str, declared: Iterable[str]) -> bool:
+    for entry in declared:
+        allowed = entry.strip().lower().rstrip(".")
+        if allowed == host:
+            return True
+        if allowed.startswith("*.") and host.endswith(allowed[1:]):
+            return True
+    return False
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str)) if value is not None else None
+
+
+_SEVERITY_ORDER = {"danger": 0, "warning": 1, "info": 2}
+
+
+@dataclass(frozen=True)
+class ReviewFacts:
+    """The deterministic review of one set of skill files (see the module docstring)."""
+
+    suspicious: list[Finding]
+    referenced_credentials: list[str]
+    referenced_domains: list[str]
+    inventory: list[InventoryEntry]
+    has_scripts: bool
+    has_shell_blocks: bool
+    provenance: dict[str, Any] | None
+    mismatches: list[dict[str, str]]
+    content_hash: str
+    vault_aliases: dict[str, str] = field(default_factory=dict)
+    credential_sources: dict[str, list[str]] = field(default_factory=dict)
+    domain_sources: dict[str, list[str]] = field(default_factory=dict)
+    declared_domains: list[str] = field(default_factory=list)
+    declared_credentials: list[str] = field(default_factory=list)
+
+    @property
+    def has_danger(self) -> bool:
+        return any(f.severity == "danger" for f in self.suspicious)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form; suspicious findings come first."""
+        return {
+            "suspicious": [f.to_dict() for f in self.suspicious],
+            "referenced_credentials": list(self.referenced_credentials),
+            "referenced_domains": list(self.referenced_domains),
+            "mismatches": [dict(m) for m in self.mismatches],
+            "inventory": [dict(entry) for entry in self.inventory],
+            "has_scripts": self.has_scripts,
+            "has_shell_blocks": self.has_shell_blocks,
+            "provenance": _json_safe(self.provenance),
+            "content_hash": self.content_hash,
+            "vault_aliases": dict(self.vault_aliases),
+            "credential_sources": {k: list(v) for k, v in self.credential_sources.items()},
+            "domain_sources": {k: list(v) for k, v in self.domain_sources.items()},
+            "declared_domains": list(self.declared_domains),
+            "declared_credentials": list(self.declared_credentials),
+        }
+
+
+def review_bundle(
+    files: Mapping[str, bytes] | Bundle,
+    *,
+    declared_domains: Iterable[str] = (),
+    declared_credentials: Iterable[str] = (),
+    provenance: dict[str, Any] | None = None,
+) -> ReviewFacts:
+    """Review a skill's files against what its policy declares.
+
+    ``files`` is a Bundle or ``{relative path: bytes}`` (policy.json, if present, is ignored).
+    """
+    file_map = as_file_map(files)
+    declared_domains = sorted({d.strip().lower() for d in declared_domains if d.strip()})
+    declared_credentials = sorted({c.strip() for c in declared_credentials if c.strip()})
+    credential_sources: dict[str, set[str]] = {}
+    domain_sources: dict[str, set[str]] = {}
+    suspicious: list[Finding] = []
+    inventory: list[InventoryEntry] = []
+    has_shell_blocks = False
+    for path in sorted(file_map, key=lambda p: p.encode("utf-8")):
+        data = file_map[path]
+        binary = b"\0" in data
+        inventory.append(
+            {"path": path, "size": len(data), "sha256_12": sha256_hex(data)[:12], "binary": binary}
+        )
+        if binary:
+            suspicious.extend(_encrypted_zip(path, data))
+            continue
+        text = data.decode("utf-8", errors="replace")
+        if text.startswith("\ufeff"):
+            text = text[1:]
+        text = text.replace("\r\n", "\n")
+        names, block = _credentials(path, text)
+        has_shell_blocks = has_shell_blocks or block
+        for name in names:
+            credential_sources.setdefault(name, set()).add(path)
+        hosts, host_findings = _domains(path, text)
+        for host in hosts:
+            domain_sources.setdefault(host, set()).add(path)
+        suspicious.extend(host_findings)
+        suspicious.extend(_suspicious_in_text(path, text))
+
+    referenced_credentials = sorted(credential_sources)
+    referenced_domains = sorted(domain_sources)
+    vault_aliases = {
+        name: name[len("VAULT_") :] for name in referenced_credentials if name.startswith("VAULT_")
+    }
+
+    mismatches: list[dict[str, str]] = []
+    for host in referenced_domains:
+        if not _domain_covered(host, declared_domains):
+            mismatches.append({"kind": "domain_not_declared", "category": "domain", "value": host})
+    declared_keys = {_declared_key(c) for c in declared_credentials}
+    for name in referenced_credentials:
+        if _declared_key(name) not in declared_keys:
+            mismatches.append(
+                {"kind": "credential_not_declared", "category": "credential", "value": name}
+            )
+    for entry in declared_domains:
+        allowed = entry.rstrip(".")
+        if not any(_domain_covered(host, [allowed]) for host in referenced_domains):
+            mismatches.append(
+                {"kind": "declared_but_unreferenced", "category": "domain", "value": entry}
+            )
+    referenced_keys = {_declared_key(n) for n in referenced_credentials}
+    for cred in declared_credentials:
+        if _declared_key(cred) not in referenced_keys:
+            mismatches.append(
+                {"kind": "declared_but_unreferenced", "category": "credential", "value": cred}
+            )
+
+    suspicious.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], f.path.encode("utf-8")))
+    return ReviewFacts(
+        suspicious=suspicious,
+        referenced_credentials=referenced_credentials,
+        referenced_domains=referenced_domains,
+        inventory=inventory,
+        has_scripts=any(p.startswith("scripts/") for p in file_map),
+        has_shell_blocks=has_shell_blocks,
+        provenance=_json_safe(provenance),
+        mismatches=mismatches,
+        content_hash=content_hash(file_map.items()),
+        vault_aliases=vault_aliases,
+        credential_sources={k: sorted(v) for k, v in sorted(credential_sources.items())},
+        domain_sources={k: sorted(v) for k, v in sorted(domain_sources.items())},
+        declared_domains=declared_domains,
+        declared_credentials=declared_credentials,
+    )
+
+
+# -- version diff -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One changed file: a unified diff for text, ``"binary changed"`` for binary data."""
+
+    path: str
+    binary: bool
+    diff: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "binary": self.binary, "diff": self.diff}
+
+
+@dataclass(frozen=True)
+class VersionDiff:
+    """What changed between two versions of a skill, files and capabilities."""
+
+    added: list[str]
+    removed: list[str]
+    changed: list[FileChange]
+    capability: list[str]
+    domains_added: list[str] = field(default_factory=list)
+    domains_removed: list[str] = field(default_factory=list)
+    credentials_added: list[str] = field(default_factory=list)
+    credentials_removed: list[str] = field(default_factory=list)
+    new_suspicious: list[Finding] = field(default_factory=list)
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.added or self.removed or self.changed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "capability": list(self.capability),
+            "new_suspicious": [f.to_dict() for f in self.new_suspicious],
+            "added": list(self.added),
+            "removed": list(self.removed),
+            "changed": [c.to_dict() for c in self.changed],
+            "domains_added": list(self.domains_added),
+            "domains_removed": list(self.domains_removed),
+            "credentials_added": list(self.credentials_added),
+            "credentials_removed": list(self.credentials_removed),
+        }
+
+
+def _text_diff(path: str, old: bytes, new: bytes) -> str:
+    old_lines = old.decode("utf-8", errors="replace").splitlines(keepends=True)
+    new_lines = new.decode("utf-8", errors="replace").splitlines(keepends=True)
+    out: list[str] = []
+    size = 0
+    for line in difflib.unified_diff(old_lines, new_lines, f"a/{path}", f"b/{path}", n=3):
+        if not line.endswith("\n"):
+            line += "\n\\ No newline at end of file\n"
+        size += len(line)
+        if size > _MAX_DIFF_CHARS:
+            out.append(f"... (diff truncated at {_MAX_DIFF_CHARS:,} characters)\n")
+            break
+        out.append(line)
+    return "".join(out)
+
+
+def diff_bundles(
+    old: Mapping[str, bytes] | Bundle | None, new: Mapping[str, bytes] | Bundle
+) -> VersionDiff:
+    """Compare two versions (``old=None`` means there is no earlier version)."""
+    new_map = as_file_map(new)
+    old_map = as_file_map(old) if old is not None else {}
+    added = sorted(p for p in new_map if p not in old_map)
+    removed = sorted(p for p in old_map if p not in new_map)
+    changed: list[FileChange] = []
+    for path in sorted(p for p in new_map if p in old_map and old_map[p] != new_map[p]):
+        before, after = old_map[path], new_map[path]
+        if b"\0" in before or b"\0" in after:
+            changed.append(FileChange(path, True, "binary changed"))
+        else:
+            changed.append(FileChange(path, False, _text_diff(path, before, after)))
+
+    new_facts = review_bundle(new_map)
+    old_facts = review_bundle(old_map) if old is not None else None
+    old_domains = set(old_facts.referenced_domains) if old_facts else set()
+    old_creds = set(old_facts.referenced_credentials) if old_facts else set()
+    domains_added = sorted(set(new_facts.referenced_domains) - old_domains)
+    domains_removed = sorted(old_domains - set(new_facts.referenced_domains))
+    creds_added = sorted(set(new_facts.referenced_credentials) - old_creds)
+    creds_removed = sorted(old_creds - set(new_facts.referenced_credentials))
+
+    first = old is None
+    capability: list[str] = []
+    capability += [f"{'references' if first else 'now also references'} {d}" for d in domains_added]
+    capability += [f"no longer references {d}" for d in domains_removed]
+    capability += [f"{'needs' if first else 'now needs'} {c}" for c in creds_added]
+    capability += [f"no longer needs {c}" for c in creds_removed]
+    old_scripts = old_facts.has_scripts if old_facts else False
+    if new_facts.has_scripts and not old_scripts:
+        capability.append("includes scripts/" if first else "now includes scripts/")
+    elif old_scripts and not new_facts.has_scripts:
+        capability.append("no longer includes scripts/")
+    old_shell = old_facts.has_shell_blocks if old_facts else False
+    if new_facts.has_shell_blocks and not old_shell:
+        capability.append("has shell code blocks" if first else "now has shell code blocks")
+
+    old_keys = {(f.path, f.rule) for f in old_facts.suspicious} if old_facts else set()
+    new_suspicious = [f for f in new_facts.suspicious if (f.path, f.rule) not in old_keys]
+    for path, rule in sorted({(f.path, f.rule) for f in new_suspicious}):
+        capability.append(f"new suspicious pattern in {path}: {rule}")
+    return VersionDiff(
+        added=added,
+        removed=removed,
+        changed=changed,
+        capability=capability,
+        domains_added=domains_added,
+        domains_removed=domains_removed,
+        credentials_added=creds_added,
+        credentials_removed=creds_removed,
+        new_suspicious=new_suspicious,
+    )
