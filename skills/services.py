@@ -39,7 +39,14 @@ from django.db.models import Max, Model
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed
 
-from skills import bundle as bundle_lib
+from skills.bundle import archives as _archives
+from skills.bundle import build as _build
+from skills.bundle import filesystem as _filesystem
+from skills.bundle import hashing as _hashing
+from skills.bundle import review as _review
+from skills.bundle import skillmd as _skillmd
+from skills.bundle import types as _types
+from skills.bundle import workspace as _workspace
 from skills.crypto import decrypt_json, encrypt_json
 from skills.errors import (
     ApprovalPermissionDenied,
@@ -297,37 +304,15 @@ def _version_files(version: SkillVersion) -> list[SkillFile]:
 
 
 def _recompute_hash(files: Iterable[SkillFile]) -> str:
-    return bundle_lib.content_hash((f.path, bytes(f.data)) for f in files)
+    return _hashing.content_hash((f.path, bytes(f.data)) for f in files)
 
 
-def _limits() -> bundle_lib.BundleLimits:
-    return bundle_lib.BundleLimits(
+def _limits() -> _types.BundleLimits:
+    return _types.BundleLimits(
         max_file_bytes=settings.MOTOR_SKILL_MAX_FILE_BYTES,
         max_total_bytes=settings.MOTOR_SKILL_MAX_TOTAL_BYTES,
         max_archive_entries=settings.MOTOR_SKILL_MAX_ARCHIVE_ENTRIES,
         max_compression_ratio=settings.MOTOR_SKILL_MAX_COMPRESSION_RATIO,
-    )
-
-
-# Stored versions are re-read without limits: they passed the limits in force when installed.
-_UNLIMITED = bundle_lib.BundleLimits(
-    max_file_bytes=2**62,
-    max_total_bytes=2**62,
-    max_archive_entries=2**31,
-    max_compression_ratio=2**31,
-)
-
-
-def _bundle_of(version: SkillVersion) -> bundle_lib.Bundle:
-    """Rebuild a stored version as a Bundle (for review, diff and export).
-
-    Stored versions were validated at install; limits are not re-applied so that lowering a
-    limit later never makes old versions unreadable.
-    """
-    return bundle_lib.bundle_from_files(
-        {f.path: bytes(f.data) for f in _version_files(version)},
-        dir_name=version.skill.name,
-        limits=_UNLIMITED,
     )
 
 
@@ -350,7 +335,7 @@ def _require_approver(actor: Actor, *, what: str) -> None:
         )
 
 
-def _policy_proposal(bundle: bundle_lib.Bundle) -> dict[str, Any]:
+def _policy_proposal(bundle: _types.Bundle) -> dict[str, Any]:
     """Policy fields proposed by a bundle's policy.json (never an approval), validated."""
     raw = bundle.declared_policy or {}
     if not isinstance(raw, Mapping):
@@ -371,7 +356,7 @@ def _policy_proposal(bundle: bundle_lib.Bundle) -> dict[str, Any]:
     return _validated_policy_fields(proposal, source="policy.json")
 
 
-def _bundle_provenance(bundle: bundle_lib.Bundle) -> dict[str, Any]:
+def _bundle_provenance(bundle: _types.Bundle) -> dict[str, Any]:
     raw = bundle.declared_policy or {}
     prov = raw.get("provenance") if isinstance(raw, Mapping) else None
     if not isinstance(prov, Mapping):
@@ -501,7 +486,7 @@ def _merge_pending_credentials(
 
 def _install_locked(
     *,
-    bundle: bundle_lib.Bundle,
+    bundle: _types.Bundle,
     actor: Actor,
     agent: Model | None,
     provenance: Mapping[str, Any] | None,
@@ -606,7 +591,7 @@ def _install_locked(
 
 def skill_install_bundle(
     *,
-    bundle: bundle_lib.Bundle,
+    bundle: _types.Bundle,
     actor: Actor,
     agent: Model | None = None,
     provenance: Mapping[str, Any] | None = None,
@@ -631,28 +616,28 @@ def skill_install_bundle(
         )
 
 
-def _bundle_error(exc: bundle_lib.BundleError, what: str) -> SkillValidationError:
+def _bundle_error(exc: _types.BundleError, what: str) -> SkillValidationError:
     return SkillValidationError(f"{what} was refused:", problems=exc.problems)
 
 
-def _prefixed(where: str, exc: bundle_lib.BundleError) -> list[bundle_lib.Problem]:
+def _prefixed(where: str, exc: _types.BundleError) -> list[_types.Problem]:
     """Problems of one skill of a tree or archive, with paths relative to the import root."""
-    if where in ("", ".", bundle_lib.BUNDLE_PATH):
+    if where in ("", ".", _build.BUNDLE_PATH):
         return list(exc.problems)
     return [
-        bundle_lib.Problem(f"{where}/{p.path}".rstrip("/"), p.rule, p.message) for p in exc.problems
+        _types.Problem(f"{where}/{p.path}".rstrip("/"), p.rule, p.message) for p in exc.problems
     ]
 
 
 def _refuse_partial(
-    what: str, errors: Sequence[tuple[str, bundle_lib.BundleError]]
+    what: str, errors: Sequence[tuple[str, _types.BundleError]]
 ) -> SkillValidationError:
     problems = [problem for where, exc in errors for problem in _prefixed(where, exc)]
     return SkillValidationError(f"{what} was refused (nothing was imported):", problems=problems)
 
 
 def _install_many(
-    bundles: Sequence[bundle_lib.Bundle],
+    bundles: Sequence[_types.Bundle],
     *,
     actor: Actor,
     agent: Model | None,
@@ -692,8 +677,8 @@ def skill_import_pasted(
 ) -> InstallResult:
     """Install pasted SKILL.md text (seed 000 Scenario 6); nothing is executed."""
     try:
-        bundle = bundle_lib.bundle_from_pasted(text, limits=_limits())
-    except bundle_lib.BundleError as exc:
+        bundle = _build.bundle_from_pasted(text, limits=_limits())
+    except _types.BundleError as exc:
         raise _bundle_error(exc, "The pasted SKILL.md") from exc
     provenance = {"source": source, "fetched_at": timezone.now().isoformat()}
     return _install_many([bundle], actor=actor, agent=agent, provenance=provenance)[0]
@@ -709,8 +694,8 @@ def skill_import_directory(
             f"{path} is not a directory.", details={"rule": "not-a-directory", "path": str(path)}
         )
     try:
-        bundles, errors = bundle_lib.bundles_from_tree(path, limits=_limits())
-    except bundle_lib.BundleError as exc:
+        bundles, errors = _filesystem.bundles_from_tree(path, limits=_limits())
+    except _types.BundleError as exc:
         raise _bundle_error(exc, f"Directory {path}") from exc
     if errors:
         raise _refuse_partial(f"Directory {path}", errors)
@@ -723,8 +708,8 @@ def skill_import_archive(
 ) -> list[InstallResult]:
     """Install the skills of a .zip / .tar.gz archive; every entry is checked first."""
     try:
-        bundles, errors = bundle_lib.bundles_from_archive(data, filename=filename, limits=_limits())
-    except bundle_lib.BundleError as exc:
+        bundles, errors = _archives.bundles_from_archive(data, filename=filename, limits=_limits())
+    except _types.BundleError as exc:
         raise _bundle_error(exc, f"Archive {filename}") from exc
     if errors:
         raise _refuse_partial(f"Archive {filename}", errors)
@@ -754,7 +739,7 @@ def skill_prepare_workspace(*, version: SkillVersion, workspace: Path) -> list[s
             )
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(bytes(f.data))
-    bundle_lib.write_baseline(
+    _workspace.write_baseline(
         workspace, ((f.path, bytes(f.data)) for f in files), skill_name=version.skill.name
     )
     return [f.path for f in files]
@@ -782,9 +767,9 @@ def skills_extract_from_workspace(
     actor = actor or Actor.system(f"run {run_id}")
     limits = _limits()
     result: ExtractionResult = {"created": [], "updated": [], "unchanged": [], "failed": []}
-    baseline = bundle_lib.read_baseline(workspace)
+    baseline = _workspace.read_baseline(workspace)
     timestamp = timezone.now().isoformat()
-    for skill_dir in bundle_lib.find_skill_dirs(workspace):
+    for skill_dir in _workspace.find_skill_dirs(workspace):
         at_root = skill_dir == workspace
         prefix = "" if at_root else skill_dir.relative_to(workspace).as_posix() + "/"
         if at_root:
@@ -792,11 +777,11 @@ def skills_extract_from_workspace(
         else:
             label = skill_dir.name
         try:
-            current = bundle_lib.scan_skill_dir(skill_dir, limits=limits)
-        except bundle_lib.BundleError as exc:
+            current = _filesystem.scan_skill_dir(skill_dir, limits=limits)
+        except _types.BundleError as exc:
             result["failed"].append({"name": label, "reason": _bundle_error(exc, label).message})
             continue
-        diff = bundle_lib.diff_against_baseline(current, baseline, prefix=prefix)
+        diff = _workspace.diff_against_baseline(current, baseline, prefix=prefix)
         if not diff.has_changes:
             if pending_credentials and agent is not None:
                 _merge_credentials_unchanged(label, agent, pending_credentials, actor)
@@ -805,10 +790,10 @@ def skills_extract_from_workspace(
         try:
             # The workspace root is named after the run, not the skill: only subdirectories
             # must match the skill's name.
-            bundle = bundle_lib.bundle_from_files(
+            bundle = _build.bundle_from_files(
                 current, dir_name=None if at_root else skill_dir.name, limits=limits
             )
-        except bundle_lib.BundleError as exc:
+        except _types.BundleError as exc:
             result["failed"].append({"name": label, "reason": _bundle_error(exc, label).message})
             continue
         extracted_from = {
@@ -935,7 +920,7 @@ def skill_load_for_execution(*, name: str, agent: Model, actor: Actor | None = N
         raise mismatch
     loaded_files = tuple(LoadedFile(path=f.path, data=bytes(f.data)) for f in files)
     skill_md = next((f.data for f in loaded_files if f.path == "SKILL.md"), b"")
-    instructions = bundle_lib.parse_skill_md(skill_md).body
+    instructions = _skillmd.parse_skill_md(skill_md).body
     return LoadedSkill(
         skill=skill,
         version=version,
@@ -991,18 +976,22 @@ def policy_review(*, policy: Policy | int, actor: Actor) -> Policy:
                 f"not the recorded {version.content_hash}; refusing to review tampered content.",
                 details={"expected": version.content_hash, "actual": computed},
             )
-        current_bundle = _bundle_of(version)
-        facts = bundle_lib.review_bundle(current_bundle, policy=_policy_view(policy))
-        facts_json: dict[str, Any] = dict(_jsonable(facts))
+        current_files = {f.path: bytes(f.data) for f in files}
+        facts = _review.review_bundle(
+            current_files,
+            declared_domains=policy.allowed_domains,
+            declared_credentials=policy.required_credentials,
+            provenance=dict(version.provenance) or None,
+        )
+        facts_json: dict[str, Any] = facts.to_dict()
+        facts_json["credentials_set"] = sorted(decrypt_json(policy.credential_values))
         previous = _last_approved_version(policy)
         if previous is not None and previous.pk != version.pk:
-            facts_json["diff"] = _jsonable(
-                bundle_lib.diff_bundles(_bundle_of(previous), current_bundle)
-            )
-            facts_json["diff_base_version"] = previous.number
+            previous_files = {f.path: bytes(f.data) for f in _version_files(previous)}
+            facts_json["diff"] = _review.diff_bundles(previous_files, current_files).to_dict()
         else:
             facts_json["diff"] = None
-            facts_json["diff_base_version"] = previous.number if previous else None
+        facts_json["diff_base_version"] = previous.number if previous else None
         facts_json["version"] = version.number
         before, after = _apply(
             policy,
@@ -1023,38 +1012,6 @@ def policy_review(*, policy: Policy | int, actor: Actor) -> Policy:
             version_number=version.number,
         )
         return policy
-
-
-def _policy_view(policy: Policy) -> dict[str, Any]:
-    """The policy as the review sees it: declared fields and credential names, no values."""
-    return {
-        "allowed_domains": list(policy.allowed_domains),
-        "required_credentials": list(policy.required_credentials),
-        "tools": list(policy.tools),
-        "dependencies": list(policy.dependencies),
-        "credentials_set": sorted(decrypt_json(policy.credential_values)),
-    }
-
-
-def _jsonable(value: Any) -> Any:
-    """Dataclasses / tuples / sets from skills.bundle as JSON-safe values."""
-    import dataclasses
-
-    if hasattr(value, "to_dict"):
-        return _jsonable(value.to_dict())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, set | frozenset):
-        return sorted(_jsonable(v) for v in value)
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, str | int | float | bool) or value is None:
-        return value
-    return str(value)
 
 
 def policy_approve(*, policy: Policy | int, actor: Actor, note: str = "") -> Policy:
