@@ -331,6 +331,8 @@ class EgressProxy:
             if request.method == "CONNECT":
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 first, refusal = self._first_tunnel_bytes(client, request.rest, checked)
+                if refusal == "idle_timeout":
+                    return "allowed", refusal, address
                 if refusal is not None:
                     return "denied", refusal, address
                 initial_up = first
@@ -399,7 +401,7 @@ class EgressProxy:
         if not self._check_sni:
             return already, None
         data = already
-        client.settimeout(self._header_timeout_s)
+        client.settimeout(min(self._header_timeout_s, self.policy.idle_timeout_s))
         try:
             while True:
                 scan = scan_client_hello(data)

@@ -1,0 +1,293 @@
+"""The egress decision without sockets: host canonicalisation, allowlist matching, policy checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from sandbox.egress import (
+    Decision,
+    HostRejected,
+    PolicyError,
+    canonicalize_host,
+    decide,
+    resolve_checked,
+    split_authority,
+    validate_policy,
+)
+from sandbox.types import NetworkPolicy
+from tests.fixtures.upstream import FakeDNS
+
+POLICY = NetworkPolicy(
+    allowed_domains=("api.ok.test", "*.wild.test", "bücher.test", "198.51.100.7")
+)
+
+
+# ------------------------------------------------------------------------- canonicalize_host
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "expected"),
+    [
+        ("api.ok.test", 443, ("api.ok.test", 443)),
+        ("API.Ok.TEST", "443", ("api.ok.test", 443)),
+        ("api.ok.test.", 80, ("api.ok.test", 80)),  # exactly one trailing dot is stripped
+        ("bücher.test", 443, ("xn--bcher-kva.test", 443)),  # unicode in, punycode out
+        ("XN--BCHER-KVA.test", 443, ("xn--bcher-kva.test", 443)),  # punycode stays punycode
+        ("аpi.ok.test", 443, ("xn--pi-6kc.ok.test", 443)),  # Cyrillic а: a different name
+        ("under_score.ok.test", 443, ("under_score.ok.test", 443)),
+        ("198.51.100.7", 443, ("198.51.100.7", 443)),
+        ("[2001:DB8:0:0::1]", 443, ("[2001:db8::1]", 443)),
+        ("[::ffff:127.0.0.1]", 443, ("[::ffff:7f00:1]", 443)),
+        ("１２７。０．０．１", 443, ("127.0.0.1", 443)),  # full-width folds to an IP literal
+        ("a" * 63 + ".test", 443, ("a" * 63 + ".test", 443)),
+    ],
+)
+def test_canonicalize_host_accepts_and_normalises(
+    host: str, port: int | str, expected: tuple[str, int]
+) -> None:
+    # when / then
+    assert canonicalize_host(host, port) == expected
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "rule"),
+    [
+        ("evil.test\x00.ok.test", 443, "NUL byte"),
+        ("evil.test%00.ok.test", 443, "'%'"),
+        ("ok.test@evil.test", 443, "'@'"),
+        ("evil.test\\.ok.test", 443, "backslash"),
+        ("evil.test/.ok.test", 443, "'/'"),
+        ("evil.test#.ok.test", 443, "'#'"),
+        ("evil .test", 443, "space"),
+        ("evil\t.test", 443, "control"),
+        ("evil\r\n.test", 443, "control"),
+        ("ev\u200bil.test", 443, "invisible"),  # zero-width space would silently vanish in IDNA
+        ("evil.test:443.ok.test", 443, "IPv6 literals must be in brackets"),
+        ("::1", 443, "IPv6 literals must be in brackets"),
+        ("[fe80::1%eth0]", 443, "'%'"),  # zone IDs refused
+        ("[::1", 443, "unbalanced brackets"),
+        ("[not-v6]", 443, "not a valid IPv6 address"),
+        ("api.ok.test..", 443, "empty label"),  # two trailing dots
+        ("api..ok.test", 443, "empty label"),
+        (".ok.test", 443, "empty label"),
+        ("", 443, "empty"),
+        ("a" * 64 + ".test", 443, "longer than 63"),
+        (".".join(["a" * 60] * 5), 443, "longer than 253"),
+        ("-lead.test", 443, "starts/ends with '-'"),
+        ("xn--zz.test", 443, "not valid punycode"),
+        ("0177.0.0.1", 443, "looks numeric"),  # octal
+        ("0x7f.0.0.1", 443, "looks numeric"),  # hex
+        ("0x7f.1", 443, "looks numeric"),
+        ("2130706433", 443, "looks numeric"),  # integer
+        ("127.1", 443, "looks numeric"),  # short form
+        ("1.2.3.4.5", 443, "looks numeric"),
+        ("api.ok.test", 0, "out of range"),
+        ("api.ok.test", 65536, "out of range"),
+        ("api.ok.test", "0443", "malformed"),
+        ("api.ok.test", "44a", "malformed"),
+        ("api.ok.test", "", "malformed"),
+        ("api.ok.test", "+443", "malformed"),
+    ],
+)
+def test_canonicalize_host_refuses_ambiguous_input_naming_the_rule(
+    host: str, port: int | str, rule: str
+) -> None:
+    # when
+    with pytest.raises(HostRejected) as caught:
+        canonicalize_host(host, port)
+
+    # then
+    assert rule in caught.value.reason
+
+
+def test_trailing_dot_form_of_an_ip_is_the_same_ip() -> None:
+    # given an IPv4 literal with one trailing dot, when canonicalised, then it is the bare IP
+    assert canonicalize_host("127.0.0.1.", 443) == ("127.0.0.1", 443)
+
+
+@pytest.mark.parametrize(
+    ("authority", "expected"),
+    [
+        ("api.ok.test:443", ("api.ok.test", 443)),
+        ("[2001:db8::1]:8443", ("[2001:db8::1]", 8443)),
+    ],
+)
+def test_split_authority_reads_host_and_port(authority: str, expected: tuple[str, int]) -> None:
+    assert split_authority(authority) == expected
+
+
+@pytest.mark.parametrize(
+    ("authority", "rule"),
+    [
+        ("api.ok.test", "no port"),
+        ("api.ok.test:", "malformed"),
+        ("evil.test:443.ok.test:443", "more than one ':'"),
+        ("2001:db8::1:443", "more than one ':'"),
+        ("[2001:db8::1]443", "unexpected characters"),
+        ("[2001:db8::1", "unbalanced"),
+    ],
+)
+def test_split_authority_refuses_malformed_authorities(authority: str, rule: str) -> None:
+    with pytest.raises(HostRejected) as caught:
+        split_authority(authority)
+    assert rule in caught.value.reason
+
+
+# ---------------------------------------------------------------------------------- decide
+
+
+@pytest.mark.parametrize(
+    ("host", "port"),
+    [
+        ("api.ok.test", 443),
+        ("API.OK.TEST.", 80),
+        ("a.wild.test", 443),
+        ("deep.er.wild.test", 443),
+        ("bücher.test", 443),
+        ("xn--bcher-kva.test", 443),
+        ("198.51.100.7", 443),
+    ],
+)
+def test_decide_allows_listed_hosts_on_allowed_ports(host: str, port: int) -> None:
+    # when
+    decision = decide(host, port, POLICY)
+
+    # then
+    assert decision.allowed is True
+    assert decision.reason == "allowed"
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "reason"),
+    [
+        ("evil.test", 443, "not_allowlisted"),
+        ("wild.test", 443, "not_allowlisted"),  # *.wild.test is strict subdomains only
+        ("ok.test", 443, "not_allowlisted"),
+        ("api.ok.test.evil.test", 443, "not_allowlisted"),
+        ("evilwild.test", 443, "not_allowlisted"),
+        ("аpi.ok.test", 443, "not_allowlisted"),  # homograph of a listed name
+        ("xn--pi-6kc.ok.test", 443, "not_allowlisted"),
+        ("198.51.100.8", 443, "not_allowlisted"),  # IPs only when listed literally
+        ("[::ffff:198.51.100.7]", 443, "not_allowlisted"),  # another spelling is another entry
+        ("api.ok.test", 22, "port_not_allowed"),
+        ("api.ok.test", 8443, "port_not_allowed"),
+        ("0x7f.1", 443, "invalid_host"),
+        ("evil.test\x00.api.ok.test", 443, "invalid_host"),
+        ("api.ok.test..", 443, "invalid_host"),
+    ],
+)
+def test_decide_refuses_with_a_reason(host: str, port: int, reason: str) -> None:
+    # when
+    decision = decide(host, port, POLICY)
+
+    # then
+    assert decision.allowed is False
+    assert decision.reason == reason
+
+
+def test_denied_message_tells_the_model_what_to_do() -> None:
+    # when
+    decision = decide("Evil.TEST", 443, POLICY)
+
+    # then
+    assert decision == Decision(
+        allowed=False,
+        reason="not_allowlisted",
+        host="evil.test",
+        port=443,
+        message="evil.test is not in this run's allowed domains; use ask_user to request it",
+    )
+
+
+def test_invalid_host_message_escapes_control_characters() -> None:
+    # when
+    decision = decide("evil\x00.test", 443, POLICY)
+
+    # then the NUL is shown escaped, never raw
+    assert decision.host == "evil\\x00.test"
+    assert "\x00" not in decision.message
+    assert "NUL byte" in decision.message
+
+
+def test_an_empty_policy_means_no_network() -> None:
+    # when
+    decision = decide("api.ok.test", 443, NetworkPolicy())
+
+    # then
+    assert (decision.allowed, decision.reason) == (False, "no_network")
+    assert "use ask_user to request it" in decision.message
+
+
+def test_policy_ports_replace_the_defaults() -> None:
+    # given
+    policy = NetworkPolicy(allowed_domains=("api.ok.test",), allowed_ports=(8443,))
+
+    # when / then
+    assert decide("api.ok.test", 8443, policy).allowed is True
+    assert decide("api.ok.test", 443, policy).reason == "port_not_allowed"
+
+
+def test_a_denied_decision_never_reaches_the_resolver() -> None:
+    # given
+    dns = FakeDNS(records={"evil.test": "198.51.100.1"})
+
+    # when
+    result = resolve_checked(decide("evil.test", 443, POLICY), dns)
+
+    # then
+    assert result.reason == "not_allowlisted"
+    assert dns.calls == []
+
+
+def test_an_ip_literal_is_checked_without_a_lookup() -> None:
+    # given
+    dns = FakeDNS()
+
+    # when
+    result = resolve_checked(decide("198.51.100.7", 443, POLICY), dns)
+
+    # then
+    assert (result.allowed, result.addresses, dns.calls) == (True, ("198.51.100.7",), [])
+
+
+# --------------------------------------------------------------------------- policy checks
+
+
+@pytest.mark.parametrize(
+    ("entry", "rule"),
+    [
+        ("*", "only allowed as a leading"),
+        ("*.test", "too broad"),
+        ("*.com", "too broad"),
+        ("*example.com", "only allowed as a leading"),
+        ("api.*.example.com", "only allowed as a leading"),
+        ("*.*.example.com", "only one leading"),
+        ("*.198.51.100.7", "wildcards never match IP"),
+        ("*.[2001:db8::1]", "wildcards never match IP"),
+        ("0177.0.0.1", "looks numeric"),
+        ("api.example.com:443", "ports belong in allowed_ports"),
+        ("2001:db8::1", "IPv6 needs brackets"),
+        ("evil\x00.com", "NUL byte"),
+        (" api.example.com", "whitespace"),
+        ("", "empty"),
+    ],
+)
+def test_validate_policy_refuses_unusable_entries(entry: str, rule: str) -> None:
+    # when
+    with pytest.raises(PolicyError) as caught:
+        validate_policy(NetworkPolicy(allowed_domains=(entry,)))
+
+    # then the message names the entry and the rule
+    assert rule in str(caught.value)
+    assert repr(entry) in str(caught.value)
+
+
+@pytest.mark.parametrize("port", [0, 65536, -1])
+def test_validate_policy_refuses_bad_ports(port: int) -> None:
+    with pytest.raises(PolicyError, match="allowed port"):
+        validate_policy(NetworkPolicy(allowed_domains=("api.example.com",), allowed_ports=(port,)))
+
+
+def test_decide_raises_for_an_unusable_policy() -> None:
+    with pytest.raises(PolicyError, match="too broad"):
+        decide("example.com", 443, NetworkPolicy(allowed_domains=("*.com",)))
