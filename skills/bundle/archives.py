@@ -435,6 +435,7 @@ def bundles_from_archive(
                     dir_name=root.rsplit("/", 1)[-1] if root else None,
                     limits=limits,
                     findings=skipped_findings(skipped),
+                    seen_paths=[rel for rel, _ in skipped],
                 )
             )
         except BundleError as exc:

@@ -91,13 +91,15 @@ def assemble(
     limits: BundleLimits,
     problems: Iterable[Problem] = (),
     findings: Iterable[Finding] = (),
+    seen_paths: Iterable[str] = (),
 ) -> Bundle:
     """Validate already-classified content files and build the Bundle, or raise every problem.
 
     ``content`` maps valid, normalised content paths to their bytes. ``sizes`` may list files
     whose bytes were deliberately not read (because they were already known to be too large);
     when omitted the sizes are those of ``content``. ``problems``/``findings`` carry what the
-    caller (directory scan, archive reader) already found.
+    caller (directory scan, archive reader) already found. ``seen_paths`` (every path the input
+    had, content or not) only serves to hint at a mis-cased ``skill.md``.
     """
     all_problems = list(problems)
     head_findings: list[Finding] = []
@@ -109,7 +111,7 @@ def assemble(
     body = ""
     if SKILL_MD not in sizes:
         hint = ""
-        lower = {p.lower(): p for p in sizes}
+        lower = {p.lower(): p for p in [*seen_paths, *sizes]}
         if SKILL_MD.lower() in lower:
             hint = f" (found {lower[SKILL_MD.lower()]!r}; the name is case-sensitive)"
         all_problems.append(
@@ -196,6 +198,7 @@ def bundle_from_files(
         limits=limits,
         problems=problems,
         findings=skipped_findings(skipped),
+        seen_paths=valid_paths,
     )
 
 

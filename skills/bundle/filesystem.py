@@ -38,6 +38,7 @@ class ScanResult:
     policy_raw: bytes | None = None
     problems: list[Problem] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
 
 
 def _kind_name(mode: int) -> str:
@@ -205,6 +206,7 @@ def scan_directory(path: Path, *, limits: BundleLimits) -> ScanResult:
         for fd, _ in stack:
             os.close(fd)
     result.findings.extend(skipped_findings(skipped))
+    result.skipped = [path for path, _ in skipped]
     return result
 
 
@@ -241,6 +243,7 @@ def bundle_from_directory(
         limits=limits,
         problems=scanned.problems,
         findings=scanned.findings,
+        seen_paths=scanned.skipped,
     )
 
 
