@@ -1,0 +1,54 @@
+"""Agents in the admin console: a read-friendly list; creation goes through `agent_create`.
+
+API tokens are issued and revoked through the API's services, not here: the admin never sees a
+raw token, and the stored hash is not shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from cognition.models import Agent
+from cognition.services import agent_create
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ("name", "owner", "energy", "trust_level", "token_state", "created_at")
+    list_filter = ("trust_level",)
+    search_fields = ("name", "owner__username")
+    list_select_related = ("owner",)
+    readonly_fields = (
+        "energy",
+        "trust_level",
+        "trusted_for_relayed_consent",
+        "token_prefix",
+        "token_created_at",
+        "token_revoked_at",
+        "created_at",
+    )
+    fields = ("name", "owner", *readonly_fields)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Name and owner are chosen at creation; afterwards the page shows the agent as it is.
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Deleting an agent cascades to its skill policies and runs; not a console click.
+        return False
+
+    @admin.display(description="API token")
+    def token_state(self, obj: Agent) -> str:
+        if obj.token_hash:
+            return f"active ({obj.token_prefix}…)"
+        if obj.token_revoked_at:
+            return "revoked"
+        return "none"
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        created = agent_create(name=obj.name, owner=obj.owner, actor=request.user)
+        obj.pk = created.pk
+        obj.created_at = created.created_at

@@ -1,0 +1,141 @@
+"""Template helpers of the approval console: status badges, short hashes, safe markdown, diffs.
+
+Skill files are written by whoever produced the skill (a motor run, a pasted file, a download),
+so everything rendered from them is treated as hostile: raw HTML is escaped, links keep only
+http(s)/mailto/relative targets and images become plain links (an image would make the reviewer's
+browser fetch a URL of the author's choosing).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import xml.etree.ElementTree as ET  # noqa: S405 - builds trees from markdown output, parses nothing
+
+import markdown
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
+from skills.models import PolicyStatus
+
+register = template.Library()
+
+SHORT_HASH_HEX = 12  # hex characters shown of a sha256 digest
+SAFE_LINK_SCHEMES = frozenset({"http", "https", "mailto"})
+_URL_IGNORED = re.compile(r"[\x00-\x20\x7f]")
+
+
+@register.filter
+def status_badge(status: str) -> SafeString:
+    """A coloured badge for a policy status (unknown values render as plain grey badges)."""
+    try:
+        label = PolicyStatus(status).label
+    except ValueError:
+        label = status or "none"
+    return format_html('<span class="mc-badge mc-badge--{}">{}</span>', status or "none", label)
+
+
+@register.filter
+def short_hash(value: str | None) -> str:
+    """`sha256:` + the first 12 hex characters (or the first 12 of a bare hex digest)."""
+    if not value:
+        return ""
+    prefix, sep, digest = str(value).partition(":")
+    if sep:
+        return f"{prefix}:{digest[:SHORT_HASH_HEX]}"
+    return str(value)[:SHORT_HASH_HEX]
+
+
+def _safe_target(url: str) -> str | None:
+    """The link target as a browser would read it, or None unless it is absolute http(s)/mailto.
+
+    Entities are decoded and whitespace/control characters dropped first, because browsers do
+    the same (`jav&#x61;script:` and `java\tscript:` are both `javascript:` to them).
+    """
+    cleaned = _URL_IGNORED.sub("", html.unescape(url))
+    head = re.split(r"[/?#]", cleaned, maxsplit=1)[0]
+    if ":" not in head:
+        # Relative targets would resolve inside the admin, where they mean nothing (or, worse,
+        # point at a console URL); they stay as text.
+        return None
+    scheme = head.split(":", 1)[0].lower()
+    return cleaned if scheme in SAFE_LINK_SCHEMES else None
+
+
+class _DefangTreeprocessor(markdown.treeprocessors.Treeprocessor):
+    """Drops unsafe link targets and turns images into links that show their address."""
+
+    def run(self, root: ET.Element) -> None:
+        for element in root.iter():
+            if element.tag == "a":
+                href = element.get("href", "")
+                target = _safe_target(href)
+                if target is None:
+                    element.attrib.pop("href", None)
+                    element.set("class", "mc-inert-link")
+                    element.set("title", f"link target not followed: {href}")
+                else:
+                    element.set("href", target)
+                    element.set("rel", "noopener noreferrer nofollow")
+                    element.set("target", "_blank")
+            elif element.tag == "img":
+                src = element.get("src", "")
+                alt = element.get("alt", "") or "image"
+                title = element.get("title")
+                element.attrib.clear()
+                element.tag = "span"
+                element.set("class", "mc-image-placeholder")
+                element.text = f"[image: {alt} — {src}]"
+                if title:
+                    element.set("title", title)
+
+
+class _SafeMarkdownExtension(markdown.extensions.Extension):
+    def extendMarkdown(self, md: markdown.Markdown) -> None:  # noqa: N802 - markdown's API name
+        # Without these two processors raw HTML blocks and inline tags are escaped as text.
+        md.preprocessors.deregister("html_block")
+        md.inlinePatterns.deregister("html")
+        md.treeprocessors.register(_DefangTreeprocessor(md), "mc_defang", 0)
+
+
+def render_markdown(text: str) -> SafeString:
+    """Markdown → HTML with raw HTML escaped, unsafe links removed and images defanged."""
+    html = markdown.markdown(
+        text,
+        extensions=["fenced_code", "tables", "sane_lists", _SafeMarkdownExtension()],
+        output_format="html",
+    )
+    return mark_safe(html)  # noqa: S308 - raw HTML was escaped by the extension above
+
+
+@register.filter(name="markdown")
+def markdown_filter(text: str) -> SafeString:
+    return render_markdown(text or "")
+
+
+@register.filter
+def diff_lines(diff_text: str) -> list[tuple[str, str]]:
+    """Split a unified diff into (css class, line) pairs for colouring."""
+    out: list[tuple[str, str]] = []
+    for line in (diff_text or "").splitlines():
+        if line.startswith(("+++", "---")):
+            css = "mc-diff-file"
+        elif line.startswith("@@"):
+            css = "mc-diff-hunk"
+        elif line.startswith("+"):
+            css = "mc-diff-add"
+        elif line.startswith("-"):
+            css = "mc-diff-del"
+        else:
+            css = "mc-diff-ctx"
+        out.append((css, line))
+    return out
+
+
+@register.filter
+def get_item(mapping: object, key: str) -> object:
+    """`mapping[key]` for dicts in templates; None when absent or not a mapping."""
+    if isinstance(mapping, dict):
+        return mapping.get(key)
+    return None
