@@ -437,7 +437,7 @@ def _scan(text: str, *, heredoc: bool) -> None:
             continue
         if ch == "`":
             raise BashRefused(
-                "command-substitution", "`", "backticks: command substitution is not allowed"
+                "command-substitution", "`", "backticks `...`: command substitution is not allowed"
             )
         if ch in "<>" and not in_double and not heredoc and text[i + 1 : i + 2] == "(":
             raise BashRefused(

@@ -45,7 +45,8 @@ def _variants(value: str) -> set[str]:
     variants.add(urllib.parse.quote(value, safe=""))
     variants.add(urllib.parse.quote_plus(value))
     variants.add(json.dumps(value)[1:-1])
-    variants.add(base64.b64encode(value.encode()).decode().rstrip("="))
+    encoded = base64.b64encode(value.encode()).decode()
+    variants.update((encoded, encoded.rstrip("=")))
     return {v for v in variants if len(v) >= MIN_SECRET_LENGTH}
 
 
