@@ -20,8 +20,10 @@ Layout of a session
   that directory alone is bound at /run/motor-cortex and the supervisor bridges 127.0.0.1:3128
   to it. Proxy variables point there; NO_PROXY is never set.
 
-Host paths the unprivileged uid could not traverse (a root-only data dir) are opened by the
-worker and handed to bwrap as file descriptors (``--bind-fd``/``--ro-bind-fd``).
+Host paths the unprivileged uid could not traverse (a workspace under a root-only data dir) are
+bind-mounted by the root worker into a staging directory of the session's runtime dir, inside a
+private mount namespace created just for the bwrap launch (nothing appears in the host's mount
+table), before the launcher drops to the sandbox uid and execs bwrap.
 """
 
 from __future__ import annotations
@@ -199,6 +201,42 @@ def _data_fd(text: str) -> int:
     finally:
         os.close(write_end)
     return read_end
+
+
+_CLONE_NEWNS = 0x00020000
+_MS_BIND = 0x1000
+_MS_REC = 0x4000
+_MS_PRIVATE = 1 << 18
+
+
+class _Launcher:
+    """Runs in the forked child before bwrap is exec'd (root workers only): a private mount
+    namespace, the staged bind mounts, then the permanent switch to the sandbox uid."""
+
+    def __init__(self, staged: list[tuple[bytes, bytes]], uid: int, gid: int) -> None:
+        import ctypes
+
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._staged = staged
+        self._uid = uid
+        self._gid = gid
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            import ctypes
+
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+    def run(self) -> None:
+        libc = self._libc
+        self._check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+        self._check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "make / private")
+        for source, target in self._staged:
+            self._check(libc.mount(source, target, None, _MS_BIND | _MS_REC, None), "bind")
+        os.setgroups([])
+        os.setresgid(self._gid, self._gid, self._gid)
+        os.setresuid(self._uid, self._uid, self._uid)
 
 
 class BwrapSession:
@@ -453,6 +491,8 @@ class BwrapBackend:
 
         root = _private_dir(self._runtime_root)
         runtime_dir = Path(tempfile.mkdtemp(prefix=f"{session_id[:32]}-", dir=root))
+        # the sandbox uid must traverse it to reach its staged mounts and egress socket
+        os.chmod(runtime_dir, 0o711)
         lease: _UidLease | None = None
         proxy: Any = None
         fds: list[int] = []
@@ -481,17 +521,30 @@ class BwrapBackend:
                 fds.append(fd)
                 args += ["--perms", "0444", "--ro-bind-data", str(fd), name]
 
-            def bind_fd(host: Path, inside: str, *, writable: bool) -> None:
-                fd = os.open(host, os.O_PATH | os.O_CLOEXEC)
-                fds.append(fd)
-                args.extend(["--bind-fd" if writable else "--ro-bind-fd", str(fd), inside])
+            # Host paths reach bwrap through a staging directory it can traverse: as root, the
+            # launcher bind-mounts them there inside its own private mount namespace (gone with
+            # the sandbox, never visible on the host), then drops to the sandbox uid.
+            staged: list[tuple[bytes, bytes]] = []
+            staging = runtime_dir / "mnt"
+            staging.mkdir(mode=0o711)
+
+            def bind(host: Path, inside: str, *, writable: bool) -> None:
+                source = host
+                if lease is not None:
+                    source = staging / f"m{len(staged)}"
+                    if host.is_dir():
+                        source.mkdir(mode=0o700)
+                    else:
+                        source.touch(mode=0o600)
+                    staged.append((os.fsencode(host), os.fsencode(source)))
+                args.extend(["--bind" if writable else "--ro-bind", str(source), inside])
 
             limits = spec.limits
             args += ["--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
-            bind_fd(workspace, "/workspace", writable=True)
-            bind_fd(INSIDE_DIR, "/opt/motor-cortex", writable=False)
+            bind(workspace, "/workspace", writable=True)
+            bind(INSIDE_DIR, "/opt/motor-cortex", writable=False)
             for host_path, inside in spec.readonly_mounts:
-                bind_fd(Path(host_path), inside, writable=False)
+                bind(Path(host_path), inside, writable=False)
 
             bridge: dict[str, Any] | None = None
             if spec.network.enabled:
@@ -499,7 +552,7 @@ class BwrapBackend:
                 net_dir.mkdir(mode=0o700)
                 os.chown(net_dir, host_uid, host_gid)
                 proxy = self._start_proxy(spec, session_id, net_dir / "egress.sock", host_uid)
-                bind_fd(net_dir, "/run/motor-cortex", writable=True)
+                args += ["--bind", str(net_dir), "/run/motor-cortex"]
                 bridge = {
                     "listen_host": "127.0.0.1",
                     "listen_port": BRIDGE_PORT,
@@ -511,9 +564,7 @@ class BwrapBackend:
             log_path = runtime_dir / "supervisor.log"
             log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
-                popen_kwargs: dict[str, Any] = {}
-                if lease is not None:
-                    popen_kwargs.update(user=host_uid, group=host_gid, extra_groups=[])
+                launcher = _Launcher(staged, host_uid, host_gid).run if lease is not None else None
                 proc = subprocess.Popen(
                     args,
                     stdin=subprocess.PIPE,
@@ -524,9 +575,9 @@ class BwrapBackend:
                     close_fds=True,
                     pass_fds=fds,
                     start_new_session=True,
-                    **popen_kwargs,
+                    preexec_fn=launcher,  # noqa: PLW1509 - mount ns + uid drop before exec
                 )
-            except OSError as exc:
+            except (OSError, subprocess.SubprocessError) as exc:
                 raise SandboxError(f"cannot start bwrap: {exc}") from exc
             finally:
                 os.close(log_fd)

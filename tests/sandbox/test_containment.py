@@ -1,0 +1,682 @@
+"""Escape attempts, run against every isolating backend (bwrap and docker).
+
+Each test shows the attempt was *contained* — by exit status, errno, file bytes on the host or a
+failed connection — never by a refusal message.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from sandbox.types import ExecRequest, Limits, Session
+from tests.sandbox.conftest import SandboxFactory, py, py_json
+
+pytestmark = pytest.mark.slow
+
+# Prints, for each path, the sha256 of its bytes when readable, else the exception class name.
+READ_ATTEMPTS = """
+import hashlib, json, sys
+out = {}
+for path in sys.argv[1:]:
+    try:
+        with open(path, "rb") as fh:
+            out[path] = hashlib.sha256(fh.read()).hexdigest()
+    except OSError as exc:
+        out[path] = type(exc).__name__
+print(json.dumps(out))
+"""
+
+# Walks the visible filesystem (minus the big read-only system trees) looking for a byte string.
+FIND_BYTES = """
+import json, os, sys
+needle = sys.argv[1].encode()
+hits = []
+for top in ("/",):
+    for dirpath, dirnames, filenames in os.walk(top):
+        if dirpath == "/":
+            dirnames[:] = [d for d in dirnames if d not in ("proc", "sys", "usr", "dev")]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            try:
+                with open(path, "rb") as fh:
+                    if needle in fh.read(1 << 20):
+                        hits.append(path)
+            except OSError:
+                pass
+print(json.dumps(hits))
+"""
+
+
+def read_attempts(session: Session, *paths: str) -> dict[str, str]:
+    result = session.exec(ExecRequest(argv=["python3", "-c", READ_ATTEMPTS, *paths]))
+    assert result.exit_code == 0, result.stderr
+    import json
+
+    value = json.loads(result.stdout)
+    assert isinstance(value, dict)
+    return value
+
+
+def find_bytes(session: Session, needle: str) -> list[str]:
+    result = session.exec(ExecRequest(argv=["python3", "-c", FIND_BYTES, needle], timeout_s=60))
+    assert result.exit_code == 0, result.stderr
+    import json
+
+    hits = json.loads(result.stdout)
+    assert isinstance(hits, list)
+    return hits
+
+
+# ----------------------------------------------------------------------------- host files
+
+
+def test_host_shadow_file_is_not_readable(sandbox: Session) -> None:
+    # given the host's /etc/shadow
+    host_digest = hashlib.sha256(Path("/etc/shadow").read_bytes()).hexdigest()
+    # when the sandbox tries to read it
+    outcome = read_attempts(sandbox, "/etc/shadow", "/proc/1/root/etc/shadow")
+    # then no read returned the host's bytes
+    assert host_digest not in outcome.values()
+    assert outcome["/etc/shadow"] in {"FileNotFoundError", "PermissionError"}
+
+
+def test_project_env_file_and_data_dir_are_invisible(
+    open_sandbox: SandboxFactory, backend_name: str, tmp_path: Path
+) -> None:
+    # given a secret .env in a data dir next to (not inside) the workspace
+    secret = "canary-" + os.urandom(8).hex()
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    env_file = data_dir / ".env"
+    env_file.write_text(f"SECRET_KEY={secret}\n")
+    session = open_sandbox(backend_name)
+    # when the sandbox opens that path and searches everything it can see for the secret
+    outcome = read_attempts(session, str(env_file), str(data_dir))
+    hits = find_bytes(session, secret)
+    # then the file does not exist for it and its bytes appear nowhere
+    assert outcome[str(env_file)] == "FileNotFoundError"
+    assert hits == []
+    assert env_file.read_text() == f"SECRET_KEY={secret}\n"
+
+
+def test_another_sessions_workspace_is_invisible(
+    open_sandbox: SandboxFactory, backend_name: str, tmp_path: Path
+) -> None:
+    # given two sessions, the first holding a secret file in its workspace
+    secret = "other-ws-" + os.urandom(8).hex()
+    ws_a = tmp_path / "ws-a"
+    ws_a.mkdir()
+    session_a = open_sandbox(backend_name, workspace=ws_a)
+    written = session_a.exec(
+        ExecRequest(argv=["sh", "-c", f"printf %s {secret} > /workspace/secret.txt"])
+    )
+    assert written.exit_code == 0
+    session_b = open_sandbox(backend_name)
+    # when the second session looks for it by host path and by content
+    outcome = read_attempts(session_b, str(ws_a / "secret.txt"), "/workspace/secret.txt")
+    hits = find_bytes(session_b, secret)
+    # then it is not there
+    assert outcome == {
+        str(ws_a / "secret.txt"): "FileNotFoundError",
+        "/workspace/secret.txt": "FileNotFoundError",
+    }
+    assert hits == []
+    assert (ws_a / "secret.txt").read_text() == secret
+
+
+def test_worker_environment_is_not_visible(
+    canary_env: str, open_sandbox: SandboxFactory, backend_name: str
+) -> None:
+    # given a canary in the worker's environment before the session opens
+    session = open_sandbox(backend_name)
+    # when the sandbox dumps its environment and every readable /proc/*/environ and cmdline
+    dump = py(
+        session,
+        """
+        import os
+        chunks = [repr(dict(os.environ)).encode()]
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                for name in ("environ", "cmdline"):
+                    try:
+                        chunks.append(open(f"/proc/{pid}/{name}", "rb").read())
+                    except OSError:
+                        pass
+        import sys
+        sys.stdout.buffer.write(b"\\n".join(chunks))
+        """,
+    )
+    # then the canary is nowhere
+    assert dump.exit_code == 0
+    assert canary_env.encode() not in dump.stdout
+    assert b"MOTOR_TEST_WORKER_SECRET" not in dump.stdout
+
+
+def test_pid1_environ_is_empty_or_unreadable(sandbox: Session) -> None:
+    # when the sandbox reads init's environment
+    outcome = py_json(
+        sandbox,
+        """
+        import json
+        try:
+            data = open("/proc/1/environ", "rb").read()
+            print(json.dumps({"read": data.decode(errors="replace")}))
+        except OSError as exc:
+            print(json.dumps({"error": type(exc).__name__}))
+        """,
+    )
+    # then there is nothing of the worker's there
+    assert outcome in ({"read": ""}, {"error": "PermissionError"})
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def test_writes_outside_workspace_fail_and_host_is_untouched(sandbox: Session) -> None:
+    # given paths outside /workspace
+    targets = ["/usr/motor-escape", "/etc/motor-escape", "/motor-escape", "/opt/motor-cortex/x"]
+    # when the sandbox tries to create each
+    outcome = py_json(
+        sandbox,
+        f"""
+        import json
+        out = {{}}
+        for path in {targets!r}:
+            try:
+                with open(path, "wb") as fh:
+                    fh.write(b"x")
+                out[path] = "written"
+            except OSError as exc:
+                out[path] = exc.errno
+        print(json.dumps(out))
+        """,
+    )
+    # then every write failed (read-only or permission) and nothing appeared on the host
+    assert set(outcome.values()) <= {errno.EROFS, errno.EACCES}  # type: ignore[union-attr]
+    assert not Path("/usr/motor-escape").exists()
+    assert not Path("/etc/motor-escape").exists()
+    assert not Path("/motor-escape").exists()
+
+
+def test_tmp_is_private_to_each_session(open_sandbox: SandboxFactory, backend_name: str) -> None:
+    # given a marker written to /tmp in one session
+    marker = "tmp-marker-" + os.urandom(6).hex()
+    first = open_sandbox(backend_name)
+    second = open_sandbox(backend_name)
+    wrote = first.exec(ExecRequest(argv=["sh", "-c", f"echo x > /tmp/{marker}"]))
+    # when the other session and the host look for it
+    seen = second.exec(ExecRequest(argv=["ls", f"/tmp/{marker}"]))
+    # then only the writer sees it
+    assert wrote.exit_code == 0
+    assert first.exec(ExecRequest(argv=["ls", f"/tmp/{marker}"])).exit_code == 0
+    assert seen.exit_code != 0
+    assert not Path(f"/tmp/{marker}").exists()
+
+
+def test_proc_sys_core_pattern_cannot_be_written(sandbox: Session) -> None:
+    # given the host's core_pattern
+    before = Path("/proc/sys/kernel/core_pattern").read_bytes()
+    # when the sandbox tries to overwrite it
+    outcome = py_json(
+        sandbox,
+        """
+        import json
+        try:
+            with open("/proc/sys/kernel/core_pattern", "w") as fh:
+                fh.write("|/workspace/pwn")
+            print(json.dumps("written"))
+        except OSError as exc:
+            print(json.dumps(exc.errno))
+        """,
+    )
+    # then the write failed and the host value is unchanged
+    assert outcome in (errno.EACCES, errno.EROFS, errno.EPERM)
+    assert Path("/proc/sys/kernel/core_pattern").read_bytes() == before
+
+
+# ----------------------------------------------------------------------------- processes, privileges
+
+
+def test_host_processes_are_invisible(sandbox: Session) -> None:
+    # when the sandbox lists every process it can see
+    procs = py_json(
+        sandbox,
+        """
+        import json, os
+        out = {}
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    out[pid] = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+                except OSError:
+                    out[pid] = None
+        print(json.dumps(out))
+        """,
+    )
+    # then it sees only its own few processes, none of them this test runner
+    assert isinstance(procs, dict)
+    assert len(procs) <= 5
+    assert str(os.getpid()) not in procs or "pytest" not in (procs[str(os.getpid())] or "")
+    assert not any("pytest" in (cmd or "") for cmd in procs.values())
+
+
+def test_no_capabilities_no_new_privs_seccomp_and_unprivileged_uid(sandbox: Session) -> None:
+    # when the sandboxed command reads its own status
+    status = sandbox.exec(ExecRequest(argv=["cat", "/proc/self/status"])).stdout.decode()
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    # then every capability set is empty, no_new_privs and a seccomp filter are on, uid != 0
+    assert fields["CapEff"].strip() == "0000000000000000"
+    assert fields["CapPrm"].strip() == "0000000000000000"
+    assert fields["CapBnd"].strip() == "0000000000000000"
+    assert fields["CapAmb"].strip() == "0000000000000000"
+    assert fields["NoNewPrivs"].strip() == "1"
+    assert fields["Seccomp"].strip() == "2"
+    assert "0" not in fields["Uid"].split()
+    assert "0" not in fields["Gid"].split()
+
+
+SYSCALL_PROBE = """
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    ctypes.set_errno(0)
+    rc = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) for a in args])
+    return [rc, ctypes.get_errno()]
+import platform
+x86 = platform.machine() == "x86_64"
+NR = {
+    "io_uring_setup": 425,
+    "keyctl": 250 if x86 else 219,
+    "add_key": 248 if x86 else 217,
+    "unshare": 272 if x86 else 97,
+    "ptrace": 101 if x86 else 117,
+    "bpf": 321 if x86 else 280,
+    "userfaultfd": 323 if x86 else 282,
+    "perf_event_open": 298 if x86 else 241,
+    "mount": 165 if x86 else 40,
+}
+params = ctypes.create_string_buffer(120)
+out = {
+    "io_uring_setup": call(NR["io_uring_setup"], 8, ctypes.addressof(params)),
+    "keyctl": call(NR["keyctl"], 0, -3, 0),  # KEYCTL_GET_KEYRING_ID of the session keyring
+    "add_key": call(NR["add_key"], 0, 0, 0, 0, -3),
+    "unshare_user": call(NR["unshare"], 0x10000000),  # CLONE_NEWUSER
+    "unshare_net": call(NR["unshare"], 0x40000000),  # CLONE_NEWNET
+    "ptrace_attach_parent": call(NR["ptrace"], 16, os.getppid(), 0, 0),  # PTRACE_ATTACH
+    "bpf": call(NR["bpf"], 0, 0, 0),
+    "userfaultfd": call(NR["userfaultfd"], 0),
+    "perf_event_open": call(NR["perf_event_open"], 0, 0, -1, -1, 0),
+    "mount": call(NR["mount"], 0, 0, 0, 0, 0),
+}
+print(json.dumps(out))
+"""
+
+
+def test_dangerous_syscalls_fail_with_eperm(sandbox: Session) -> None:
+    # when the sandbox calls io_uring, keyctl, unshare, ptrace, bpf, ... directly
+    outcome = py_json(sandbox, SYSCALL_PROBE)
+    # then each returned -1 with EPERM
+    assert outcome == {
+        name: [-1, errno.EPERM]
+        for name in (
+            "io_uring_setup",
+            "keyctl",
+            "add_key",
+            "unshare_user",
+            "unshare_net",
+            "ptrace_attach_parent",
+            "bpf",
+            "userfaultfd",
+            "perf_event_open",
+            "mount",
+        )
+    }
+
+
+# ----------------------------------------------------------------------------- network
+
+
+@pytest.mark.parametrize("port", [5432, 6379])
+def test_host_services_on_loopback_are_unreachable(sandbox: Session, port: int) -> None:
+    # given a service the host itself can reach on 127.0.0.1
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    # when the sandbox connects to the same address
+    outcome = py_json(
+        sandbox,
+        f"""
+        import json, socket
+        s = socket.socket()
+        s.settimeout(5)
+        try:
+            s.connect(("127.0.0.1", {port}))
+            print(json.dumps("connected"))
+        except OSError as exc:
+            print(json.dumps(exc.errno))
+        """,
+    )
+    # then the connection fails (nothing listens in its own network namespace)
+    assert outcome in (errno.ECONNREFUSED, errno.ENETUNREACH)
+
+
+BYPASS_PROBE = """
+import errno, json, os, socket
+for name in list(os.environ):
+    if "proxy" in name.lower():
+        del os.environ[name]
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as exc:
+        return exc.errno
+def tcp(host, port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(3)
+    try:
+        s.connect((host, port))
+    finally:
+        s.close()
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.sendto(b"\\x00" * 12, ("8.8.8.8", 53))
+    finally:
+        s.close()
+def tcp6():
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    s.settimeout(3)
+    try:
+        s.connect(("2606:4700:4700::1111", 443))
+    finally:
+        s.close()
+out = {
+    "tcp_public": attempt(lambda: tcp("1.1.1.1", 443)),
+    "tcp_host_gateway": attempt(lambda: tcp("172.17.0.1", 2375)),
+    "tcp6_public": attempt(tcp6),
+    "udp_dns": attempt(udp),
+    "raw": attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)),
+    "packet": attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW)),
+    "netlink": attempt(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)),
+    "unix": attempt(lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)),
+    "unix_pair": attempt(lambda: socket.socketpair(socket.AF_UNIX)),
+    "vsock": attempt(lambda: socket.socket(40, socket.SOCK_STREAM)),
+}
+try:
+    socket.getaddrinfo("example.com", 443)
+    out["dns"] = "ok"
+except socket.gaierror as exc:
+    out["dns"] = "gaierror"
+print(json.dumps(out))
+"""
+
+
+def test_network_paths_that_bypass_the_proxy_all_fail(sandbox: Session) -> None:
+    # when the sandbox drops the proxy variables and tries every direct route out
+    outcome = py_json(sandbox, BYPASS_PROBE)
+    # then none works: no route in its own network namespace, and the socket families a tool
+    # never needs are refused by seccomp
+    assert isinstance(outcome, dict)
+    assert outcome["tcp_public"] == errno.ENETUNREACH
+    assert outcome["tcp_host_gateway"] == errno.ENETUNREACH
+    assert outcome["tcp6_public"] in (errno.ENETUNREACH, errno.EADDRNOTAVAIL)
+    assert outcome["udp_dns"] == errno.ENETUNREACH
+    assert outcome["raw"] == errno.EPERM
+    assert outcome["packet"] == errno.EPERM
+    assert outcome["netlink"] == errno.EPERM
+    assert outcome["unix"] == errno.EPERM
+    assert outcome["unix_pair"] == errno.EPERM
+    assert outcome["vsock"] == errno.EPERM
+    assert outcome["dns"] == "gaierror"
+
+
+def test_bash_dev_tcp_cannot_reach_host_services(sandbox: Session) -> None:
+    # given bash in the sandbox image
+    has_bash = sandbox.exec(ExecRequest(argv=["sh", "-c", "command -v bash"]))
+    assert has_bash.exit_code == 0, "bash is expected in the sandbox for this check"
+    # when bash opens /dev/tcp to the host's PostgreSQL and to a public address
+    local = sandbox.exec(
+        ExecRequest(argv=["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/5432"], timeout_s=10)
+    )
+    public = sandbox.exec(
+        ExecRequest(argv=["bash", "-c", "exec 3<>/dev/tcp/1.1.1.1/443"], timeout_s=10)
+    )
+    # then both fail
+    assert local.exit_code == 1
+    assert public.exit_code == 1
+
+
+# ----------------------------------------------------------------------------- resource abuse
+
+
+def test_fork_bomb_is_bounded_and_session_survives(
+    open_sandbox: SandboxFactory, backend_name: str
+) -> None:
+    # given a session allowing 32 processes
+    session = open_sandbox(backend_name, limits=Limits(max_processes=32))
+    # when a command forks until the kernel refuses
+    bomb = py(
+        session,
+        """
+        import os, time
+        children = 0
+        try:
+            while True:
+                pid = os.fork()
+                if pid == 0:
+                    time.sleep(30)
+                    os._exit(0)
+                children += 1
+        except OSError as exc:
+            print(children, exc.errno)
+        """,
+        timeout_s=20,
+    )
+    # then fork failed with EAGAIN well below the host's limits, the call ended, all the sleepers
+    # are gone and the session still works
+    children, err = bomb.stdout.split()
+    assert int(err) == errno.EAGAIN
+    assert int(children) < 32
+    assert bomb.timed_out is False
+    assert session.exec(ExecRequest(argv=["echo", "still here"])).stdout == b"still here\n"
+    left = py_json(
+        session,
+        """
+        import json, os
+        print(json.dumps(sum(1 for p in os.listdir("/proc") if p.isdigit())))
+        """,
+    )
+    assert isinstance(left, int) and left <= 4
+
+
+def test_shell_fork_bomb_times_out_and_is_cleaned_up(
+    open_sandbox: SandboxFactory, backend_name: str
+) -> None:
+    # given a session allowing 32 processes
+    session = open_sandbox(backend_name, limits=Limits(max_processes=32))
+    # when the classic shell fork bomb runs
+    bomb = session.exec(
+        ExecRequest(argv=["bash", "-c", "b() { b | b & }; b; sleep 30"], timeout_s=2)
+    )
+    # then the call is killed at its deadline and nothing of the bomb survives
+    assert bomb.timed_out is True
+    assert session.exec(ExecRequest(argv=["echo", "ok"])).stdout == b"ok\n"
+    count = py_json(
+        session,
+        'import json, os; print(json.dumps(sum(1 for p in os.listdir("/proc") if p.isdigit())))',
+    )
+    assert isinstance(count, int) and count <= 4
+
+
+def test_memory_bomb_is_stopped_and_reported(
+    open_sandbox: SandboxFactory, backend_name: str
+) -> None:
+    # given a session with 256 MiB of memory
+    session = open_sandbox(backend_name, limits=Limits(memory_bytes=256 * 1024 * 1024))
+    # when a command allocates without end
+    bomb = py(
+        session,
+        """
+        chunks = []
+        while True:
+            chunks.append(bytearray(16 * 1024 * 1024))
+        """,
+    )
+    # then it fails, the result says out-of-memory, and the session is still usable
+    assert bomb.exit_code != 0
+    assert bomb.oom is True
+    assert session.exec(ExecRequest(argv=["echo", "ok"])).stdout == b"ok\n"
+
+
+def test_infinite_loop_times_out_and_its_whole_tree_is_killed(sandbox: Session) -> None:
+    # when a command starts background children and then spins forever
+    spin = sandbox.exec(
+        ExecRequest(
+            argv=["sh", "-c", "sleep 300 & sleep 301 & while :; do :; done"],
+            timeout_s=1,
+        )
+    )
+    # then the call times out with SIGKILL and no process of it is left
+    assert spin.timed_out is True
+    assert spin.exit_code is None
+    survivors = py_json(
+        sandbox,
+        """
+        import json, os
+        out = []
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                try:
+                    out.append(open(f"/proc/{p}/cmdline", "rb").read().decode())
+                except OSError:
+                    pass
+        print(json.dumps([c for c in out if c.startswith("sleep")]))
+        """,
+    )
+    assert survivors == []
+
+
+def test_one_gigabyte_of_output_is_truncated(sandbox: Session) -> None:
+    # when a command writes 1 GB to stdout
+    flood = sandbox.exec(
+        ExecRequest(
+            argv=["head", "-c", "1000000000", "/dev/zero"],
+            output_limit=4096,
+            timeout_s=60,
+        )
+    )
+    # then the call completes with exactly the cap kept and the truncated flag set
+    assert flood.exit_code == 0
+    assert flood.stdout == b"\0" * 4096
+    assert flood.truncated is True
+
+
+def test_workspace_quota_holds(open_sandbox: SandboxFactory, backend_name: str) -> None:
+    # given an 8 MiB workspace quota
+    session = open_sandbox(
+        backend_name,
+        limits=Limits(workspace_bytes=8 * 1024 * 1024, file_size_bytes=256 * 1024 * 1024),
+    )
+    # when a command keeps writing into the workspace
+    fill = py(
+        session,
+        """
+        import os, time
+        with open("/workspace/fill", "wb") as fh:
+            while True:
+                fh.write(b"x" * (1024 * 1024))
+                fh.flush()
+                os.fsync(fh.fileno())
+                time.sleep(0.01)
+        """,
+        timeout_s=30,
+    )
+    # then the call is stopped and reported as over quota long before its timeout
+    assert fill.workspace_exceeded is True
+    assert fill.timed_out is False
+
+
+def test_single_file_size_is_capped(open_sandbox: SandboxFactory, backend_name: str) -> None:
+    # given a 1 MiB per-file cap
+    session = open_sandbox(backend_name, limits=Limits(file_size_bytes=1024 * 1024))
+    # when a command writes a 4 MiB file
+    big = py(
+        session,
+        """
+        import signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        try:
+            with open("/workspace/big", "wb") as fh:
+                fh.write(b"x" * (4 * 1024 * 1024))
+            print("written")
+        except OSError as exc:
+            print(exc.errno)
+        """,
+    )
+    # then the write fails with EFBIG
+    assert big.stdout.strip() == str(errno.EFBIG).encode()
+
+
+def test_tmp_is_size_capped(open_sandbox: SandboxFactory, backend_name: str) -> None:
+    # given a 4 MiB /tmp
+    session = open_sandbox(backend_name, limits=Limits(tmp_bytes=4 * 1024 * 1024))
+    # when a command writes 16 MiB to /tmp
+    fill = py(
+        session,
+        """
+        total = 0
+        try:
+            with open("/tmp/fill", "wb") as fh:
+                for _ in range(16):
+                    fh.write(b"x" * (1024 * 1024))
+                    fh.flush()
+                    total += 1
+            print("written", total)
+        except OSError as exc:
+            print(exc.errno, total)
+        """,
+    )
+    # then the filesystem runs out of space
+    err, written_mib = fill.stdout.split()
+    assert int(err) == errno.ENOSPC
+    assert int(written_mib) <= 4
+
+
+def test_daemons_do_not_outlive_the_call(sandbox: Session) -> None:
+    # when a command double-forks a setsid() daemon that keeps writing a heartbeat file
+    launched = py(
+        sandbox,
+        """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                while True:
+                    with open("/workspace/heartbeat", "a") as fh:
+                        fh.write("x")
+                    time.sleep(0.02)
+            os._exit(0)
+        time.sleep(0.2)
+        """,
+    )
+    assert launched.exit_code == 0
+    # then, at the next call, no process but the sandbox's own is alive and the heartbeat is frozen
+    state = py_json(
+        sandbox,
+        """
+        import json, os, time
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+        before = os.path.getsize("/workspace/heartbeat")
+        time.sleep(0.3)
+        after = os.path.getsize("/workspace/heartbeat")
+        print(json.dumps({"procs": len(pids), "grew": after - before}))
+        """,
+    )
+    assert state == {"procs": state["procs"], "grew": 0}  # type: ignore[index]
+    assert state["procs"] <= 4  # type: ignore[index]
