@@ -492,7 +492,7 @@ class BwrapBackend:
         root = _private_dir(self._runtime_root)
         runtime_dir = Path(tempfile.mkdtemp(prefix=f"{session_id[:32]}-", dir=root))
         # the sandbox uid must traverse it to reach its staged mounts and egress socket
-        os.chmod(runtime_dir, 0o711)
+        os.chmod(runtime_dir, 0o711)  # noqa: S103 - traverse only, no listing
         lease: _UidLease | None = None
         proxy: Any = None
         fds: list[int] = []
