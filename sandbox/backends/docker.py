@@ -51,9 +51,33 @@ LABEL_OWNER_START = "motor-cortex.owner-start"
 LABEL_RUNTIME_DIR = "motor-cortex.runtime-dir"
 
 _BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-SUPERVISOR_COMMAND = ["python3", "-I", "-B", f"{INSIDE_MOUNT}/supervisor.py", "serve"]
-# the container's own processes (init, supervisor) are not counted against the caller's budget
-_RESIDENT_PROCESSES = 4
+SUPERVISOR_ARGV = ["python3", "-I", "-B", f"{INSIDE_MOUNT}/supervisor.py", "serve"]
+# PID 1 of the container. Docker's own init (tini) would keep the container's environment in a
+# dumpable PID 1 whose /proc/1/environ every sandboxed process (same uid) could read. This one
+# makes itself non-dumpable first, starts the supervisor with an empty environment (the
+# supervisor gets the sandbox's environment over its protocol), reaps the orphans the
+# supervisor's process sweeps leave behind (zombies would count against the pids limit), and
+# exits with the supervisor. Signals from inside the namespace cannot reach it: PID 1 ignores
+# every signal it has no handler for.
+_INIT_CODE = f"""
+import ctypes, os, sys
+if ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) != 0:
+    sys.exit("sandbox init: cannot make itself non-dumpable")
+child = os.fork()
+if child == 0:
+    os.execve("/usr/bin/python3", {SUPERVISOR_ARGV!r}, {{"PATH": "/usr/bin:/bin"}})
+while True:
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        os._exit(1)
+    if pid == child:
+        code = os.waitstatus_to_exitcode(status)
+        os._exit(code if code >= 0 else 128 - code)
+"""
+INIT_COMMAND = ["python3", "-I", "-B", "-c", _INIT_CODE]
+# PID 1 and the supervisor are not counted against the caller's process budget
+_RESIDENT_PROCESSES = 2
 _NPROC_CEILING = 1 << 16
 _START_TIMEOUT_S = 15.0
 _SUPERVISOR_GRACE_S = 10.0  # beyond a call's own timeout, before the supervisor counts as hung
@@ -505,16 +529,18 @@ class DockerBackend:
                 # the resident supervisor is the main process: it serves calls over its stdin,
                 # runs the egress bridge, and exits (stopping the container) when the stdin
                 # closes because this process went away
-                command=SUPERVISOR_COMMAND,
+                command=INIT_COMMAND,
                 stdin_open=True,
                 name=f"motor-cortex-{session_id}",
                 hostname="sandbox",
                 user=f"{SANDBOX_UID}:{SANDBOX_UID}",
                 working_dir="/workspace",
-                environment=environment,
+                # the container itself gets no environment: the supervisor hands `environment`
+                # to each command, and PID 1 keeps nothing worth reading
+                environment={"PATH": _BASE_PATH},
                 labels=labels,
                 detach=True,
-                init=True,
+                init=False,  # INIT_COMMAND is PID 1 (see there)
                 network_mode="none",
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges:true"],
