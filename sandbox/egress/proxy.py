@@ -249,6 +249,9 @@ class EgressProxy:
 
     def _start_handler(self, client: socket.socket) -> None:
         with self._lock:
+            # finished threads are pruned here rather than by themselves, so that close() can
+            # still join a thread that is returning
+            self._threads = {thread for thread in self._threads if thread.is_alive()}
             overloaded = len(self._threads) >= self._max_handlers
         if overloaded or not self._track(client):
             # too many connections still sending their request: refuse without a thread
@@ -307,8 +310,6 @@ class EgressProxy:
             self._report(host, port, resolved, "denied", "closed", tally, started)
         finally:
             self._untrack(client)
-            with self._lock:
-                self._threads.discard(threading.current_thread())
 
     def _serve(
         self, client: socket.socket, request: _Request, decision: Decision, tally: _Tally
