@@ -60,12 +60,12 @@ def snapshot() -> Callable[[], dict[str, object]]:
 
 @pytest.fixture
 def owner(django_user_model):
-    return django_user_model.objects.create_user(username="owner", password="x")
+    return django_user_model.objects.create_user(username="owner")
 
 
 @pytest.fixture
 def approver(django_user_model):
-    user = django_user_model.objects.create_user(username="alice", password="x", is_staff=True)
+    user = django_user_model.objects.create_user(username="alice", is_staff=True)
     user.user_permissions.add(Permission.objects.get(codename="approve_policy"))
     return django_user_model.objects.get(pk=user.pk)  # fresh permission cache
 
@@ -77,7 +77,7 @@ def approver_actor(approver) -> Actor:
 
 @pytest.fixture
 def staff_without_permission(django_user_model):
-    return django_user_model.objects.create_user(username="bob", password="x", is_staff=True)
+    return django_user_model.objects.create_user(username="bob", is_staff=True)
 
 
 @pytest.fixture
