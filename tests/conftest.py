@@ -7,6 +7,13 @@ from pathlib import Path
 
 import pytest
 
+# Shared fixture plugins: the namespaced test upstream (egress), headless Chromium, the LLM stub.
+pytest_plugins = [
+    "tests.fixtures.upstream",
+    "tests.fixtures.browser",
+    "tests.fixtures.llm",
+]
+
 
 @pytest.fixture
 def artifacts_dir() -> Path:
