@@ -1,0 +1,88 @@
+"""Execution leases with fencing tokens, checked in PostgreSQL on every state write.
+
+A slice of work on a run first claims the lease: one UPDATE bumps `lease_token` (it only ever
+grows) and stamps owner and expiry in database time, but only when the lease is free, expired or
+already ours. Every later write of that slice locks the run row and compares tokens; a slice whose
+token is no longer the newest gets `LeaseLost` and writes nothing. A Redis lock alone cannot give
+this guarantee: a paused holder wakes up after its TTL and keeps writing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+
+from runs.errors import LeaseLost
+from runs.models import MotorRun
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Proof of a claim: writes carrying an older `token` than the run's are refused."""
+
+    run_id: str
+    token: int
+    owner: str
+
+
+def lease_ttl() -> timedelta:
+    """How long a claim lives without a write; longer than one LLM call or one tool call."""
+    return timedelta(seconds=int(getattr(settings, "MOTOR_LEASE_TTL_SECONDS", 900)))
+
+
+def default_owner() -> str:
+    """host:pid:thread — unique among live slices, stable within one thread."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def lease_claim(*, run_id: str, owner: str, ttl: timedelta | None = None) -> Lease | None:
+    """Claim the run for one slice; None when another owner holds an unexpired lease."""
+    ttl = ttl if ttl is not None else lease_ttl()
+    with transaction.atomic():
+        claimable = Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now())
+        claimable |= Q(lease_owner=owner)
+        updated = MotorRun.objects.filter(Q(pk=run_id) & claimable).update(
+            lease_token=F("lease_token") + 1,
+            lease_owner=owner,
+            lease_expires_at=Now() + ttl,
+        )
+        if updated != 1:
+            return None
+        # Our UPDATE holds the row lock until commit, so this read sees our own token.
+        token = MotorRun.objects.filter(pk=run_id).values_list("lease_token", flat=True).get()
+    return Lease(run_id=run_id, token=token, owner=owner)
+
+
+def lease_lock(lease: Lease) -> MotorRun:
+    """Lock the run row and prove `lease` is still the newest claim; renew it.
+
+    Must be called inside `transaction.atomic()`. Raises LeaseLost (and changes nothing) when a
+    newer claim exists.
+    """
+    run = MotorRun.objects.select_for_update().get(pk=lease.run_id)
+    if run.lease_token != lease.token:
+        raise LeaseLost(
+            f"run {lease.run_id}: fencing token {lease.token} is stale "
+            f"(current {run.lease_token}); the write was refused",
+            run_id=lease.run_id,
+            token=lease.token,
+            current=run.lease_token,
+        )
+    MotorRun.objects.filter(pk=run.pk).update(lease_expires_at=Now() + lease_ttl())
+    return run
+
+
+def lease_release(lease: Lease) -> bool:
+    """Free the lease so the next slice can claim at once; a no-op when it was lost."""
+    updated = MotorRun.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
+        lease_expires_at=None, lease_owner=""
+    )
+    return updated == 1

@@ -1,0 +1,197 @@
+"""LLM access through the `openai` client: model roles, timeouts, retries, replay.
+
+Roles follow seed 001: `motor` falls back to `fast`, and `fast`/`smart` fall back to the default
+model. Transient failures (connection errors, 408, 409, 429, 5xx) are retried by the openai client
+itself with exponential backoff and jitter (0.5 s doubling up to 8 s); the retry count is set
+explicitly from LLM_MAX_RETRIES so it is visible and tunable.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import openai
+from django.conf import settings
+
+from runs.errors import LLMUnavailable
+
+
+class ModelRole(enum.StrEnum):
+    FAST = "fast"
+    SMART = "smart"
+    MOTOR = "motor"
+
+
+def model_for_role(role: ModelRole) -> str:
+    """The configured model for `role`, following motor → fast → default."""
+    default = settings.LLM_DEFAULT_MODEL
+    fast = settings.LLM_FAST_MODEL or default
+    if role is ModelRole.FAST:
+        return fast
+    if role is ModelRole.SMART:
+        return settings.LLM_SMART_MODEL or default
+    return settings.LLM_MOTOR_MODEL or fast
+
+
+def llm_timeout() -> httpx.Timeout:
+    """Whole-request timeout from LLM_TIMEOUT_SECONDS; connecting gets at most 10 s of it."""
+    total = float(settings.LLM_TIMEOUT_SECONDS)
+    return httpx.Timeout(total, connect=min(10.0, total))
+
+
+def llm_client(*, http_client: httpx.Client | None = None) -> openai.OpenAI:
+    """An OpenAI-compatible client configured from settings.
+
+    `http_client` lets callers supply a transport (the scripted and replay providers do).
+    """
+    return openai.OpenAI(
+        base_url=settings.LLM_BASE_URL or None,
+        # Local OpenAI-compatible servers accept any key; the client refuses an empty one.
+        api_key=settings.LLM_API_KEY or "unset",
+        timeout=llm_timeout(),
+        max_retries=int(getattr(settings, "LLM_MAX_RETRIES", 2)),
+        http_client=http_client,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # the raw JSON text the model produced
+
+
+@dataclass(frozen=True, slots=True)
+class LLMReply:
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    model: str
+
+    def as_message(self) -> dict[str, Any]:
+        """The assistant message as it is stored in the attempt and sent back later."""
+        message: dict[str, Any] = {"role": "assistant", "content": self.content or None}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in self.tool_calls
+            ]
+        return message
+
+
+def llm_chat(
+    *,
+    client: openai.OpenAI,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] = (),
+    role: ModelRole = ModelRole.MOTOR,
+) -> LLMReply:
+    """One chat completion. Raises LLMUnavailable once the client's retries are spent."""
+    model = model_for_role(role)
+    kwargs: dict[str, Any] = {"model": model, "messages": list(messages)}
+    if tools:
+        kwargs["tools"] = list(tools)
+    try:
+        response = client.chat.completions.create(**kwargs)
+    except openai.APIError as exc:
+        # The message of an APIError carries no request body, so no prompt text leaks here.
+        raise LLMUnavailable(
+            f"LLM call to model {model!r} failed: {exc.__class__.__name__}: {exc}"
+        ) from exc
+    if not response.choices:
+        raise LLMUnavailable(f"LLM call to model {model!r} returned no choices")
+    message = response.choices[0].message
+    calls = tuple(
+        ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments or "{}")
+        for call in (message.tool_calls or [])
+        if getattr(call, "function", None) is not None
+    )
+    return LLMReply(content=message.content or "", tool_calls=calls, model=response.model or model)
+
+
+# --- canned responses: the replay provider (and the test fixtures) ------------------------------
+
+
+def chat_completion_body(
+    *,
+    content: str | None = None,
+    tool_calls: Iterable[dict[str, Any]] = (),
+    model: str = "scripted",
+    completion_id: str = "chatcmpl-scripted",
+) -> dict[str, Any]:
+    """A chat-completions response body with one assistant message."""
+    calls = list(tool_calls)
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        message["tool_calls"] = calls
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "tool_calls" if calls else "stop",
+                "message": message,
+            }
+        ],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+@dataclass
+class ReplayTransport(httpx.BaseTransport):
+    """Answers chat-completion requests with recorded assistant messages, in order.
+
+    Requests are kept in `requests` (parsed JSON bodies). When the recording runs out the
+    transport answers 500, which the client surfaces as an error rather than inventing text.
+    """
+
+    responses: list[dict[str, Any]]
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(json.loads(request.content or b"{}"))
+        if not self.responses:
+            return httpx.Response(500, json={"error": {"message": "replay exhausted"}})
+        return httpx.Response(200, json=self.responses.pop(0))
+
+
+def recorded_responses(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Response bodies that reproduce every assistant message of a stored conversation."""
+    return [
+        chat_completion_body(
+            content=message.get("content"),
+            tool_calls=message.get("tool_calls") or (),
+            model="replay",
+            completion_id=f"chatcmpl-replay-{index}",
+        )
+        for index, message in enumerate(messages)
+        if message.get("role") == "assistant"
+    ]
+
+
+def replay_client(*, run_id: str) -> openai.OpenAI:
+    """A client that re-plays the LLM side of a recorded run, attempt by attempt."""
+    from runs.models import Attempt
+
+    responses: list[dict[str, Any]] = []
+    for attempt in Attempt.objects.filter(run_id=run_id).order_by("index"):
+        responses.extend(recorded_responses(attempt.messages))
+    transport = ReplayTransport(responses=responses)
+    return openai.OpenAI(
+        base_url="http://replay.invalid/v1",
+        api_key="replay",
+        max_retries=0,
+        timeout=llm_timeout(),
+        http_client=httpx.Client(transport=transport),
+    )

@@ -1,0 +1,825 @@
+"""State changes of the Motor Cortex runtime. Keyword-only, typed, `<entity>_<action>`.
+
+The loop is advanced one slice at a time by `run_step`: claim the lease, make at most one LLM call
+(outside any transaction), execute the requested tool calls one by one (Step row written as
+`intent` and committed, the call run outside a transaction, the result recorded under the fencing
+check), then enqueue the next slice on commit. Every write checks the fencing token first.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypedDict
+
+import openai
+from django.apps import apps
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from runs.errors import InvalidRunParams, InvalidTransition, LeaseLost, LLMUnavailable, MotorBusy
+from runs.lease import Lease, default_owner, lease_claim, lease_lock
+from runs.llm import LLMReply, ModelRole, llm_chat, llm_client
+from runs.models import (
+    ACTIVE_STATUSES,
+    MAX_ITERATIONS_CEILING,
+    MAX_RUN_TIMEOUT_S,
+    Attempt,
+    AttemptStatus,
+    FailureCategory,
+    MotorRun,
+    RunEvent,
+    RunStatus,
+    Signal,
+    SignalKind,
+    SignalPriority,
+    Step,
+    StepState,
+    Trigger,
+    new_run_id,
+)
+from runs.mutex import mutex_hold, mutex_release, mutex_reserve
+from runs.prompts import build_system_prompt
+from runs.tasks import run_step_task
+from runs.tools import (
+    ASK_USER,
+    INTERRUPTED,
+    SYNTHETIC_TOOLS,
+    SandboxSlot,
+    envelope,
+    expand_granted,
+    offered_schemas,
+    parse_arguments,
+    tool_message_content,
+)
+
+logger = logging.getLogger(__name__)
+
+#: a tool failing this many times in a row with the same error_code fails the run (seed 001)
+BAILOUT_STREAK = 3
+_CREDENTIAL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_ACTIVE_CONSTRAINT = "motorrun_one_active_per_agent"
+
+
+class RunStarted(TypedDict):
+    run_id: str
+    status: str
+
+
+class RunTransitioned(TypedDict):
+    run_id: str
+    previous_status: str
+    new_status: str
+
+
+class SliceOutcome(enum.StrEnum):
+    """What one `run_step` call did."""
+
+    CONTINUED = "continued"  # progress recorded, next slice enqueued
+    PAUSED = "paused"  # waiting for the user (or an approval)
+    FINISHED = "finished"  # the run reached a terminal status in this slice
+    NOT_RUNNABLE = "not_runnable"  # the run is paused, terminal or missing: nothing to do
+    LEASE_BUSY = "lease_busy"  # another slice holds a live lease on the run
+    LEASE_LOST = "lease_lost"  # a newer slice took over; this one wrote nothing further
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _enqueue_step(run_id: str) -> None:
+    queue = getattr(settings, "MOTOR_RUN_QUEUE", "") or None
+    run_step_task.apply_async(args=[run_id], queue=queue)
+
+
+def _event(run: MotorRun, *, from_status: str, actor: str, **detail: object) -> None:
+    RunEvent.objects.create(
+        run=run, from_status=from_status, to_status=run.status, actor=actor, detail=detail
+    )
+
+
+def _signal(run: MotorRun, payload: dict[str, Any]) -> Signal:
+    return Signal.objects.create(
+        kind=SignalKind.MOTOR_RESULT,
+        run=run,
+        agent_id=run.agent_id,
+        payload=payload,
+        priority=SignalPriority.HIGH,
+    )
+
+
+def _current_attempt(run: MotorRun) -> Attempt:
+    return Attempt.objects.select_for_update().get(run=run, index=run.current_attempt_index)
+
+
+def _stats(run: MotorRun, attempt: Attempt) -> dict[str, Any]:
+    started = run.started_at or run.created_at
+    errors = sum(
+        1
+        for result in Step.objects.filter(attempt=attempt, state=StepState.DONE).values_list(
+            "result", flat=True
+        )
+        if result and not result.get("ok")
+    )
+    return {
+        "iterations": attempt.iteration,
+        "duration_ms": int((timezone.now() - started).total_seconds() * 1000),
+        "energy_cost": 0.0,
+        "errors": errors,
+    }
+
+
+def _last_step_label(attempt: Attempt) -> str:
+    step = Step.objects.filter(attempt=attempt).order_by("-iteration", "-call_index").first()
+    return f"{step.tool} (iteration {step.iteration})" if step else ""
+
+
+def _finish_failed(
+    run: MotorRun,
+    attempt: Attempt,
+    *,
+    category: FailureCategory,
+    message: str,
+    retryable: bool,
+    actor: str,
+    partial: str = "",
+) -> None:
+    """Fail attempt and run, emit the signal, release the mutex on commit. Caller holds locks."""
+    now = timezone.now()
+    failure = {
+        "category": category.value,
+        "retryable": retryable,
+        "message": message,
+        "last_step": _last_step_label(attempt),
+        "hint": "",
+    }
+    attempt.fail(failure=failure, at=now)
+    attempt.save(
+        update_fields=[
+            "status",
+            "failure",
+            "completed_at",
+            "pending_question",
+            "pending_tool_call_id",
+        ]
+    )
+    result = {"ok": False, "summary": partial, "stats": _stats(run, attempt), "failure": failure}
+    previous = run.status
+    run.fail(result=result, at=now)
+    run.save(update_fields=["status", "result", "completed_at", "lease_expires_at", "updated_at"])
+    _event(run, from_status=previous, actor=actor, category=category.value, message=message)
+    _signal(
+        run,
+        {
+            "run_id": run.id,
+            "status": RunStatus.FAILED,
+            "error": {"message": message, "last_step": failure["last_step"]},
+            "failure": failure,
+            "result": result,
+        },
+    )
+    agent_id, run_id = run.agent_id, run.id
+    transaction.on_commit(lambda: mutex_release(agent_id=agent_id, run_id=run_id))
+
+
+def _pending_calls(attempt: Attempt) -> list[tuple[int, dict[str, Any]]]:
+    """(call index, tool call) of the last assistant message that have no tool result yet."""
+    messages = attempt.messages
+    for position in range(len(messages) - 1, -1, -1):
+        message = messages[position]
+        if message.get("role") != "assistant":
+            continue
+        answered = {
+            later.get("tool_call_id")
+            for later in messages[position + 1 :]
+            if later.get("role") == "tool"
+        }
+        return [
+            (index, call)
+            for index, call in enumerate(message.get("tool_calls") or [])
+            if call["id"] not in answered
+        ]
+    return []
+
+
+# --- start ---------------------------------------------------------------------------------------
+
+
+def _validate_start(
+    *,
+    task: str,
+    tools: Sequence[str],
+    allowed_domains: Sequence[str],
+    credential_names: Sequence[str],
+    max_iterations: int,
+    timeout_s: int,
+    max_attempts: int,
+    trigger: str,
+) -> list[str]:
+    if not task or not task.strip():
+        raise InvalidRunParams("task: must not be empty", field="task")
+    if not 1 <= max_iterations <= MAX_ITERATIONS_CEILING:
+        raise InvalidRunParams(
+            f"max_iterations: {max_iterations} is outside 1..{MAX_ITERATIONS_CEILING}",
+            field="max_iterations",
+        )
+    if not 1 <= timeout_s <= MAX_RUN_TIMEOUT_S:
+        raise InvalidRunParams(
+            f"timeout_s: {timeout_s} is outside 1..{MAX_RUN_TIMEOUT_S} seconds", field="timeout_s"
+        )
+    if max_attempts < 1:
+        raise InvalidRunParams("max_attempts: must be at least 1", field="max_attempts")
+    if trigger not in Trigger.values:
+        raise InvalidRunParams(
+            f"trigger: {trigger!r} is not one of {', '.join(Trigger.values)}", field="trigger"
+        )
+    for domain in allowed_domains:
+        if not isinstance(domain, str) or not domain.strip():
+            raise InvalidRunParams(
+                f"allowed_domains: {domain!r} is not a host name", field="allowed_domains"
+            )
+    for name in credential_names:
+        if not isinstance(name, str) or not _CREDENTIAL_NAME.match(name):
+            raise InvalidRunParams(
+                f"credential_names: {name!r} must match {_CREDENTIAL_NAME.pattern}",
+                field="credential_names",
+            )
+    synthetic = [name for name in tools if name in SYNTHETIC_TOOLS]
+    if synthetic:
+        raise InvalidRunParams(
+            f"tools: {', '.join(synthetic)} is host-side and always available; do not grant it",
+            field="tools",
+        )
+    return expand_granted(list(tools))
+
+
+def run_start(
+    *,
+    agent_id: int,
+    task: str,
+    actor: str,
+    tools: Sequence[str] = (),
+    allowed_domains: Sequence[str] = (),
+    credential_names: Sequence[str] = (),
+    workspace: str = "",
+    skill_id: int | None = None,
+    skill_version_id: int | None = None,
+    skill_instructions: str = "",
+    max_iterations: int = MAX_ITERATIONS_CEILING,
+    timeout_s: int = MAX_RUN_TIMEOUT_S,
+    approval_required: bool = False,
+    trigger: str = Trigger.API,
+    parent_run_id: str | None = None,
+    max_attempts: int = 3,
+) -> RunStarted:
+    """Create a run in `created` and enqueue its first slice on commit.
+
+    Raises MotorBusy (naming the active run) when the agent already has an active run,
+    InvalidRunParams for a parameter that breaks a rule. Either way nothing is created.
+    """
+    granted = _validate_start(
+        task=task,
+        tools=tools,
+        allowed_domains=allowed_domains,
+        credential_names=credential_names,
+        max_iterations=max_iterations,
+        timeout_s=timeout_s,
+        max_attempts=max_attempts,
+        trigger=trigger,
+    )
+    if not apps.get_model("cognition", "Agent").objects.filter(pk=agent_id).exists():
+        raise InvalidRunParams(f"agent_id: no agent with id {agent_id}", field="agent_id")
+
+    run_id = new_run_id()
+    reserved = mutex_reserve(agent_id=agent_id, run_id=run_id)  # raises MotorBusy
+    try:
+        with transaction.atomic():
+            run = MotorRun.objects.create(
+                id=run_id,
+                agent_id=agent_id,
+                task=task,
+                tools=granted,
+                allowed_domains=list(allowed_domains),
+                credential_names=list(credential_names),
+                workspace=workspace,
+                skill_id=skill_id,
+                skill_version_id=skill_version_id,
+                skill_instructions=skill_instructions,
+                max_iterations=max_iterations,
+                timeout_s=timeout_s,
+                approval_required=approval_required,
+                trigger=trigger,
+                parent_run_id=parent_run_id,
+                max_attempts=max_attempts,
+            )
+            Attempt.objects.create(
+                run=run,
+                index=0,
+                max_iterations=max_iterations,
+                messages=[{"role": "user", "content": task}],
+            )
+            _event(run, from_status="", actor=actor)
+            transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
+            transaction.on_commit(lambda: _enqueue_step(run_id))
+    except IntegrityError as exc:
+        if reserved:
+            mutex_release(agent_id=agent_id, run_id=run_id)
+        if _ACTIVE_CONSTRAINT not in str(exc):
+            raise
+        # The database is the authority: name the run it holds, and repair the fast path.
+        active = (
+            MotorRun.objects.filter(agent_id=agent_id, status__in=ACTIVE_STATUSES)
+            .values_list("id", flat=True)
+            .first()
+        )
+        if active is None:  # it finished in the meantime; the caller may simply try again
+            raise MotorBusy(run_id="(finished just now)") from None
+        mutex_hold(agent_id=agent_id, run_id=active)
+        raise MotorBusy(run_id=active) from None
+    except BaseException:
+        if reserved:
+            mutex_release(agent_id=agent_id, run_id=run_id)
+        raise
+    return {"run_id": run_id, "status": RunStatus.CREATED}
+
+
+# --- one slice of the loop -----------------------------------------------------------------------
+
+
+def run_step(
+    *,
+    run_id: str,
+    owner: str | None = None,
+    client: openai.OpenAI | None = None,
+    credentials: Callable[[MotorRun], dict[str, str]] | None = None,
+) -> SliceOutcome:
+    """Advance `run_id` by one iteration: one LLM call and the tool calls it asks for.
+
+    Safe to call any number of times for the same run (redelivery, duplicates): the lease lets
+    one slice write, and the Step ledger means a recorded tool call never runs again.
+    """
+    owner = owner or default_owner()
+    lease = lease_claim(run_id=run_id, owner=owner)
+    if lease is None:
+        exists = MotorRun.objects.filter(pk=run_id).exists()
+        return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
+    actor = f"worker:{owner}"
+    slot: SandboxSlot | None = None
+    try:
+        with transaction.atomic():
+            run = lease_lock(lease)
+            if run.status == RunStatus.CREATED:
+                run.start(at=timezone.now())
+                run.save(update_fields=["status", "started_at", "updated_at"])
+                _event(run, from_status=RunStatus.CREATED, actor=actor)
+            if run.status != RunStatus.RUNNING:
+                _release(lease)
+                return SliceOutcome.NOT_RUNNABLE
+            attempt = _current_attempt(run)
+            limit = int(getattr(settings, "MOTOR_MAX_REDELIVERIES", 3))
+            if run.redelivery_count >= limit:
+                _finish_failed(
+                    run,
+                    attempt,
+                    category=FailureCategory.TOOL_FAILURE,
+                    message=f"a step ended its worker {run.redelivery_count} times in a row",
+                    retryable=False,
+                    actor=actor,
+                )
+                return SliceOutcome.FINISHED
+            deadline = (run.started_at or run.created_at).timestamp() + run.timeout_s
+            if time.time() > deadline:
+                _finish_failed(
+                    run,
+                    attempt,
+                    category=FailureCategory.TIMEOUT,
+                    message=f"the run exceeded its timeout of {run.timeout_s} s",
+                    retryable=True,
+                    actor=actor,
+                )
+                return SliceOutcome.FINISHED
+            # Counts slices that started but never reached their end (reset below).
+            MotorRun.objects.filter(pk=run.pk).update(redelivery_count=run.redelivery_count + 1)
+            mutex_agent = run.agent_id
+        transaction.on_commit(lambda: mutex_hold(agent_id=mutex_agent, run_id=run_id))
+
+        pending = _pending_calls(attempt)
+        # Model and reasoning are known for calls requested in this slice; calls resumed from
+        # an earlier slice keep what their intent row already says.
+        model, reasoning = "", ""
+        if not pending:
+            if attempt.iteration >= attempt.max_iterations:
+                return _fail_budget(lease, actor=actor)
+            reply = _call_llm(run, attempt, client)
+            if isinstance(reply, LLMUnavailable):
+                return _fail_locked(
+                    lease,
+                    category=FailureCategory.MODEL_FAILURE,
+                    message=reply.message,
+                    retryable=True,
+                    actor=actor,
+                )
+            model, reasoning = reply.model, reply.content
+            outcome = _record_reply(lease, reply, actor=actor)
+            if outcome is not None:
+                return outcome
+            with transaction.atomic():
+                run = lease_lock(lease)
+                attempt = _current_attempt(run)
+            pending = _pending_calls(attempt)
+
+        slot = SandboxSlot(
+            run_id=run.id, workspace=run.workspace, allowed_domains=run.allowed_domains
+        )
+        for call_index, call in pending:
+            outcome = _perform_call(
+                lease,
+                attempt_id=attempt.pk,
+                iteration=attempt.iteration,
+                call_index=call_index,
+                call=call,
+                slot=slot,
+                credentials=credentials,
+                actor=actor,
+                model=model,
+                reasoning=reasoning,
+            )
+            if outcome is not None:
+                return outcome
+
+        with transaction.atomic():
+            run = lease_lock(lease)
+            MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
+            _release(lease)
+            transaction.on_commit(lambda: _enqueue_step(run_id))
+        return SliceOutcome.CONTINUED
+    except LeaseLost:
+        logger.info("run %s: lease lost by %s; stopping this slice", run_id, owner)
+        return SliceOutcome.LEASE_LOST
+    finally:
+        if slot is not None:
+            slot.close()
+
+
+def _release(lease: Lease) -> None:
+    MotorRun.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
+        lease_expires_at=None, lease_owner=""
+    )
+
+
+def _call_llm(
+    run: MotorRun, attempt: Attempt, client: openai.OpenAI | None
+) -> LLMReply | LLMUnavailable:
+    system = build_system_prompt(
+        task=run.task,
+        granted_tools=run.tools,
+        skill_instructions=run.skill_instructions,
+        recovery_context=attempt.recovery_context,
+    )
+    messages = [{"role": "system", "content": system}, *attempt.messages]
+    try:
+        return llm_chat(
+            client=client or _default_client(),
+            messages=messages,
+            tools=offered_schemas(run.tools),
+            role=ModelRole.MOTOR,
+        )
+    except LLMUnavailable as exc:
+        return exc
+
+
+_client_cache: dict[str, openai.OpenAI] = {}
+
+
+def _default_client() -> openai.OpenAI:
+    key = f"{settings.LLM_BASE_URL}|{settings.LLM_API_KEY}"
+    if key not in _client_cache:
+        _client_cache.clear()
+        _client_cache[key] = llm_client()
+    return _client_cache[key]
+
+
+def _fail_budget(lease: Lease, *, actor: str) -> SliceOutcome:
+    with transaction.atomic():
+        run = lease_lock(lease)
+        attempt = _current_attempt(run)
+        partial = next(
+            (
+                str(message.get("content") or "")
+                for message in reversed(attempt.messages)
+                if message.get("role") == "assistant" and message.get("content")
+            ),
+            "",
+        )
+        _finish_failed(
+            run,
+            attempt,
+            category=FailureCategory.BUDGET_EXHAUSTED,
+            message=f"the iteration cap of {attempt.max_iterations} was reached",
+            retryable=True,
+            actor=actor,
+            partial=partial,
+        )
+    return SliceOutcome.FINISHED
+
+
+def _fail_locked(
+    lease: Lease, *, category: FailureCategory, message: str, retryable: bool, actor: str
+) -> SliceOutcome:
+    with transaction.atomic():
+        run = lease_lock(lease)
+        _finish_failed(
+            run,
+            _current_attempt(run),
+            category=category,
+            message=message,
+            retryable=retryable,
+            actor=actor,
+        )
+    return SliceOutcome.FINISHED
+
+
+def _record_reply(lease: Lease, reply: LLMReply, *, actor: str) -> SliceOutcome | None:
+    """Store the assistant message; complete the run when it asked for no tool call."""
+    with transaction.atomic():
+        run = lease_lock(lease)
+        attempt = _current_attempt(run)
+        attempt.iteration += 1
+        attempt.messages = [*attempt.messages, reply.as_message()]
+        if reply.tool_calls:
+            attempt.save(update_fields=["iteration", "messages"])
+            return None
+        now = timezone.now()
+        attempt.complete(at=now)
+        attempt.save(update_fields=["iteration", "messages", "status", "completed_at"])
+        result = {"ok": True, "summary": reply.content, "stats": _stats(run, attempt)}
+        previous = run.status
+        run.complete(result=result, at=now)
+        run.save(
+            update_fields=["status", "result", "completed_at", "lease_expires_at", "updated_at"]
+        )
+        MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
+        _event(run, from_status=previous, actor=actor)
+        _signal(run, {"run_id": run.id, "status": RunStatus.COMPLETED, "result": result})
+        agent_id, run_id = run.agent_id, run.id
+        transaction.on_commit(lambda: mutex_release(agent_id=agent_id, run_id=run_id))
+    return SliceOutcome.FINISHED
+
+
+def _perform_call(
+    lease: Lease,
+    *,
+    attempt_id: int,
+    iteration: int,
+    call_index: int,
+    call: dict[str, Any],
+    slot: SandboxSlot,
+    credentials: Callable[[MotorRun], dict[str, str]] | None,
+    actor: str,
+    model: str,
+    reasoning: str,
+) -> SliceOutcome | None:
+    """Run one requested tool call under the intent → done protocol. None means "go on"."""
+    name = str(call["function"]["name"])
+    raw_arguments = str(call["function"].get("arguments") or "{}")
+    arguments = parse_arguments(raw_arguments)
+
+    with transaction.atomic():
+        run = lease_lock(lease)
+        attempt = _current_attempt(run)
+        step = Step.objects.filter(
+            attempt=attempt, iteration=iteration, call_index=call_index
+        ).first()
+        if step is not None and step.state == StepState.DONE:
+            return None  # recorded already; its result is in the messages
+        if step is not None:
+            # In flight when its worker died: the outcome is unknown, so it is not run again.
+            # The model sees that and decides whether to repeat it.
+            result = envelope(
+                ok=False,
+                output=(
+                    "This call was interrupted before its result was recorded; its outcome is "
+                    "unknown. Check the current state before repeating it."
+                ),
+                error_code=INTERRUPTED,
+                retryable=True,
+            )
+            _complete_step(run, attempt, step, result)
+            return _after_result(run, attempt, name, result, actor=actor)
+        step = Step.objects.create(
+            attempt=attempt,
+            iteration=iteration,
+            call_index=call_index,
+            tool_call_id=str(call["id"]),
+            tool=name[:64],
+            arguments=arguments if arguments is not None else {"_raw": raw_arguments[:2000]},
+            model=model,
+            reasoning=reasoning,
+            lease_token=lease.token,
+        )
+        if name == ASK_USER:
+            question = str((arguments or {}).get("question") or "").strip()
+            if question:
+                previous = run.status
+                attempt.await_input(question=question, tool_call_id=str(call["id"]))
+                attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
+                run.await_input()
+                run.save(update_fields=["status", "updated_at"])
+                MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
+                _release(lease)
+                _event(run, from_status=previous, actor=actor, question=question)
+                _signal(
+                    run,
+                    {"run_id": run.id, "status": RunStatus.AWAITING_INPUT, "question": question},
+                )
+                return SliceOutcome.PAUSED
+            result = envelope(
+                ok=False, output="ask_user needs a non-empty 'question'", error_code="invalid_args"
+            )
+            _complete_step(run, attempt, step, result)
+            return _after_result(run, attempt, name, result, actor=actor)
+        refusal = _refusal(run, name, arguments)
+        if refusal is not None:
+            _complete_step(run, attempt, step, refusal)
+            return _after_result(run, attempt, name, refusal, actor=actor)
+        step_id = step.pk
+        run_snapshot = run
+
+    # Outside any transaction: the side effect itself.
+    started = time.monotonic()
+    values = credentials(run_snapshot) if credentials else {}
+    result = slot.execute(name=name, arguments=arguments or {}, credentials=values)
+    result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
+
+    with transaction.atomic():
+        run = lease_lock(lease)
+        attempt = _current_attempt(run)
+        step = Step.objects.select_for_update().get(pk=step_id)
+        _complete_step(run, attempt, step, result)
+        return _after_result(run, attempt, name, result, actor=actor)
+
+
+def _refusal(run: MotorRun, name: str, arguments: dict[str, Any] | None) -> dict[str, Any] | None:
+    if name not in run.tools:
+        granted = ", ".join(run.tools) or "none"
+        return envelope(
+            ok=False,
+            output=f"tool {name!r} is not granted to this run (granted: {granted})",
+            error_code="denied",
+        )
+    if arguments is None:
+        return envelope(
+            ok=False, output="the arguments are not a JSON object", error_code="invalid_args"
+        )
+    return None
+
+
+def _complete_step(run: MotorRun, attempt: Attempt, step: Step, result: dict[str, Any]) -> None:
+    step.state = StepState.DONE
+    step.result = result
+    step.duration_ms = int(result.get("duration_ms") or 0)
+    step.completed_at = timezone.now()
+    step.save(update_fields=["state", "result", "duration_ms", "completed_at"])
+    attempt.messages = [
+        *attempt.messages,
+        {
+            "role": "tool",
+            "tool_call_id": step.tool_call_id,
+            "content": tool_message_content(result),
+        },
+    ]
+    attempt.save(update_fields=["messages"])
+
+
+def _after_result(
+    run: MotorRun, attempt: Attempt, name: str, result: dict[str, Any], *, actor: str
+) -> SliceOutcome | None:
+    """Apply the consecutive-failure bailout after a recorded result."""
+    if result.get("ok"):
+        return None
+    recent = list(
+        Step.objects.filter(attempt=attempt, state=StepState.DONE)
+        .exclude(tool=ASK_USER)
+        .order_by("-iteration", "-call_index")
+        .values_list("tool", "result")[:BAILOUT_STREAK]
+    )
+    codes = {(tool, (res or {}).get("error_code")) for tool, res in recent}
+    failing = all(not (res or {}).get("ok") for _, res in recent)
+    if len(recent) == BAILOUT_STREAK and failing and len(codes) == 1:
+        code = next(iter(codes))[1]
+        if code:
+            _finish_failed(
+                run,
+                attempt,
+                category=FailureCategory.TOOL_FAILURE,
+                message=(
+                    f"tool {name!r} failed {BAILOUT_STREAK} times in a row with error_code {code!r}"
+                ),
+                retryable=True,
+                actor=actor,
+            )
+            return SliceOutcome.FINISHED
+    return None
+
+
+# --- control -------------------------------------------------------------------------------------
+
+
+def run_respond(*, run_id: str, answer: str, actor: str) -> RunTransitioned:
+    """Answer the pending ask_user question: it becomes that call's result; the loop resumes.
+
+    Raises InvalidTransition (nothing changed) unless the run is awaiting input.
+    """
+    if not answer or not answer.strip():
+        raise InvalidRunParams("answer: must not be empty", field="answer")
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        if run.status != RunStatus.AWAITING_INPUT:
+            raise InvalidTransition(
+                f"run {run_id} is {run.status}; only a run awaiting input takes an answer",
+                run_id=run_id,
+                status=run.status,
+            )
+        attempt = _current_attempt(run)
+        step = Step.objects.select_for_update().get(
+            attempt=attempt, tool_call_id=attempt.pending_tool_call_id, tool=ASK_USER
+        )
+        result = envelope(ok=True, output=answer, provenance="user")
+        _complete_step(run, attempt, step, result)
+        attempt.resume()
+        attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
+        previous = run.status
+        run.resume()
+        run.save(update_fields=["status", "updated_at"])
+        _event(run, from_status=previous, actor=actor)
+        transaction.on_commit(lambda: _enqueue_step(run_id))
+    return {"run_id": run_id, "previous_status": previous, "new_status": run.status}
+
+
+def run_cancel(*, run_id: str, actor: str, reason: str = "cancelled by request") -> RunTransitioned:
+    """Cancel a non-terminal run. Fences any slice in progress and releases the mutex.
+
+    Raises InvalidTransition (nothing changed) for a terminal run.
+    """
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        if run.status not in ACTIVE_STATUSES:
+            raise InvalidTransition(
+                f"run {run_id} is {run.status}; only an active run can be cancelled",
+                run_id=run_id,
+                status=run.status,
+            )
+        attempt = _current_attempt(run)
+        now = timezone.now()
+        failure = {
+            "category": FailureCategory.CANCELLED.value,
+            "retryable": False,
+            "message": reason,
+            "last_step": _last_step_label(attempt),
+            "hint": "",
+        }
+        if attempt.status in (AttemptStatus.COMPLETED, AttemptStatus.FAILED):
+            pass  # a run that is `created` after a retry race keeps its finished attempt
+        else:
+            attempt.fail(failure=failure, at=now)
+            attempt.save(
+                update_fields=[
+                    "status",
+                    "failure",
+                    "completed_at",
+                    "pending_question",
+                    "pending_tool_call_id",
+                ]
+            )
+        previous = run.status
+        run.cancel(result={"ok": False, "summary": "", "failure": failure}, at=now)
+        # A new token fences any slice still working on the run: its next write is refused.
+        run.lease_token += 1
+        run.lease_owner = ""
+        run.save(
+            update_fields=[
+                "status",
+                "result",
+                "completed_at",
+                "lease_expires_at",
+                "lease_token",
+                "lease_owner",
+                "updated_at",
+            ]
+        )
+        _event(run, from_status=previous, actor=actor, reason=reason)
+        agent_id = run.agent_id
+        transaction.on_commit(lambda: mutex_release(agent_id=agent_id, run_id=run_id))
+    return {"run_id": run_id, "previous_status": previous, "new_status": run.status}
+
+
+def _lock_run(run_id: str) -> MotorRun:
+    from runs.errors import RunNotFound
+
+    try:
+        return MotorRun.objects.select_for_update().get(pk=run_id)
+    except MotorRun.DoesNotExist:
+        raise RunNotFound(f"no run with id {run_id!r}", run_id=run_id) from None

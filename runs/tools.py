@@ -1,0 +1,178 @@
+"""The run's tool belt: granted sandbox tools (via the sandbox library) plus host-side tools.
+
+Sandbox tools run through `sandbox.tools.execute_tool` in a session opened for the run. Host-side
+("synthetic") tools never reach the sandbox: `ask_user` pauses the run for the user.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from runs.errors import InvalidRunParams
+
+ASK_USER = "ask_user"
+
+ASK_USER_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": ASK_USER,
+        "description": (
+            "Ask the user a question when you cannot continue without their answer "
+            "(clarification, a choice, missing information). The run pauses until they reply."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"question": {"type": "string", "description": "The question."}},
+            "required": ["question"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+SYNTHETIC_TOOLS: tuple[str, ...] = (ASK_USER,)
+
+#: error code of a call that was in flight when its worker died (its outcome is unknown)
+INTERRUPTED = "interrupted"
+
+
+def expand_granted(names: Sequence[str]) -> list[str]:
+    """Resolve tool names and aliases; InvalidRunParams names every unknown entry."""
+    if not names:
+        return []
+    import sandbox.tools as sandbox_tools
+
+    try:
+        return list(sandbox_tools.expand_tools(names))
+    except ValueError as exc:
+        raise InvalidRunParams(f"tools: {exc}", field="tools") from exc
+
+
+def offered_schemas(granted: Sequence[str], *, synthetic: bool = True) -> list[dict[str, Any]]:
+    """Function schemas offered to the LLM: the granted tools only, then the host-side ones."""
+    schemas: list[dict[str, Any]] = []
+    if granted:
+        import sandbox.tools as sandbox_tools
+
+        schemas.extend(sandbox_tools.tool_schemas(granted))
+    if synthetic:
+        schemas.append(ASK_USER_SCHEMA)
+    return schemas
+
+
+def envelope(
+    *,
+    ok: bool,
+    output: str,
+    error_code: str | None = None,
+    retryable: bool = False,
+    provenance: str = "internal",
+    duration_ms: int = 0,
+    cost: float = 0.0,
+) -> dict[str, Any]:
+    """The tool result envelope of ARCHITECTURE.md as stored on a Step."""
+    return {
+        "ok": ok,
+        "output": output,
+        "error_code": error_code,
+        "retryable": retryable,
+        "provenance": provenance,
+        "duration_ms": duration_ms,
+        "cost": cost,
+    }
+
+
+def parse_arguments(raw: str) -> dict[str, Any] | None:
+    """The model's JSON arguments as an object, or None when they are not a JSON object."""
+    try:
+        value = json.loads(raw or "{}")
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def tool_message_content(result: dict[str, Any]) -> str:
+    """What the LLM reads for a result: the output, marked when it failed or came from the web."""
+    output = str(result.get("output", ""))
+    if not result.get("ok"):
+        output = f"ERROR ({result.get('error_code') or 'error'}): {output}"
+    if result.get("provenance") == "web":
+        output = f'<untrusted source="web">\n{output}\n</untrusted>'
+    return output
+
+
+class SandboxSlot:
+    """Opens the run's sandbox session on first use and closes it when the slice ends.
+
+    A session that cannot be opened fails the call with `sandbox_error`; nothing ever runs
+    outside a sandbox.
+    """
+
+    def __init__(self, *, run_id: str, workspace: str, allowed_domains: Sequence[str]) -> None:
+        self.run_id = run_id
+        self.workspace = workspace
+        self.allowed_domains = tuple(allowed_domains)
+        self._session: Any = None
+
+    def _open(self) -> Any:
+        if self._session is None:
+            from sandbox.backends import get_backend
+            from sandbox.types import NetworkPolicy, SessionSpec
+
+            backend = get_backend(
+                settings.SANDBOX_BACKEND,
+                allow_local=bool(getattr(settings, "SANDBOX_ALLOW_LOCAL", False)),
+            )
+            self._session = backend.open(
+                SessionSpec(
+                    workspace=Path(self.workspace),
+                    network=NetworkPolicy(allowed_domains=self.allowed_domains),
+                    session_id=self.run_id,
+                )
+            )
+        return self._session
+
+    def execute(
+        self, *, name: str, arguments: dict[str, Any], credentials: dict[str, str]
+    ) -> dict[str, Any]:
+        try:
+            import sandbox.tools as sandbox_tools
+            from sandbox.types import SandboxError
+        except ImportError as exc:  # pragma: no cover - the library ships with the project
+            return envelope(
+                ok=False, output=f"sandbox unavailable: {exc}", error_code="sandbox_error"
+            )
+        try:
+            session = self._open()
+            result = sandbox_tools.execute_tool(
+                session,
+                name,
+                arguments,
+                credentials=credentials,
+                network_enabled=bool(self.allowed_domains),
+            )
+        except SandboxError as exc:
+            return envelope(
+                ok=False, output=f"sandbox error: {exc}", error_code="sandbox_error", retryable=True
+            )
+        data = result.to_dict()
+        return envelope(
+            ok=bool(data["ok"]),
+            output=str(data["output"]),
+            error_code=data.get("error_code"),  # type: ignore[arg-type]
+            retryable=bool(data.get("retryable")),
+            provenance=str(data.get("provenance") or "internal"),
+            duration_ms=int(data.get("duration_ms") or 0),  # type: ignore[call-overload]
+            cost=float(data.get("cost") or 0.0),  # type: ignore[arg-type]
+        )
+
+    def close(self) -> None:
+        if self._session is not None:
+            try:
+                self._session.close()
+            finally:
+                self._session = None

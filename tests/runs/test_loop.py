@@ -1,0 +1,281 @@
+"""The loop, slice by slice, against PostgreSQL with the scripted LLM through the real client."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runs.errors import InvalidRunParams
+from runs.llm import replay_client
+from runs.models import Attempt, AttemptStatus, MotorRun, RunStatus, Signal, Step, StepState
+from runs.services import SliceOutcome, run_respond, run_start, run_step
+from tests.fixtures.llm import reply_text, reply_tools, tool_call
+from tests.runs.helpers import drive
+
+pytestmark = pytest.mark.django_db
+
+
+def test_no_tool_call_completes_with_the_text_as_summary_and_a_signal(agent, scripted_llm):
+    # given a run whose model answers at once
+    run_id = run_start(agent_id=agent.pk, task="Add 2 and 2", actor="test")["run_id"]
+    scripted_llm.add(reply_text("4"))
+    # when the loop runs
+    outcomes = drive(run_id, scripted_llm.client())
+    # then the run completed with the answer as summary, and one signal says so
+    run = MotorRun.objects.get(pk=run_id)
+    assert outcomes == [SliceOutcome.FINISHED]
+    assert run.status == RunStatus.COMPLETED
+    assert run.result["ok"] is True
+    assert run.result["summary"] == "4"
+    assert run.result["stats"]["iterations"] == 1
+    assert run.result["stats"]["errors"] == 0
+    assert run.lease_expires_at is None
+    signal = Signal.objects.get(run_id=run_id)
+    assert (signal.kind, signal.priority, signal.agent_id) == ("motor_result", 1, agent.pk)
+    assert signal.payload == {"run_id": run_id, "status": "completed", "result": run.result}
+
+
+def test_the_model_sees_the_task_in_the_system_prompt_and_only_ask_user_without_grants(
+    agent, scripted_llm
+):
+    # given a run granted no sandbox tools
+    run_id = run_start(agent_id=agent.pk, task="Summarise the plan", actor="test")["run_id"]
+    scripted_llm.add(reply_text("ok"))
+    # when it runs
+    drive(run_id, scripted_llm.client())
+    # then the one request carried the task in the system prompt and offered only ask_user
+    (request,) = scripted_llm.requests
+    assert request["model"] == "gpt-4o-mini"
+    assert request["messages"][0]["role"] == "system"
+    assert "<task>\nSummarise the plan\n</task>" in request["messages"][0]["content"]
+    assert "Granted tools: none" in request["messages"][0]["content"]
+    assert request["messages"][1] == {"role": "user", "content": "Summarise the plan"}
+    assert [tool["function"]["name"] for tool in request["tools"]] == ["ask_user"]
+
+
+def test_ask_user_round_trip_feeds_the_answer_back_as_that_calls_result(agent, scripted_llm):
+    # given a model that asks, then finishes using the answer
+    run_id = run_start(agent_id=agent.pk, task="Convert files", actor="test")["run_id"]
+    scripted_llm.add(
+        reply_tools(
+            tool_call("ask_user", {"question": "Separate CSVs or one?"}, call_id="call_q"),
+            text="I need a decision.",
+        ),
+        reply_text("Created separate CSVs."),
+    )
+    # when the loop pauses
+    assert drive(run_id, scripted_llm.client()) == [SliceOutcome.PAUSED]
+    run = MotorRun.objects.get(pk=run_id)
+    attempt = Attempt.objects.get(run=run)
+    # then question and tool_call_id are persisted, with the signal, and the lease is free
+    assert run.status == RunStatus.AWAITING_INPUT
+    assert (attempt.status, attempt.pending_question, attempt.pending_tool_call_id) == (
+        AttemptStatus.AWAITING_INPUT,
+        "Separate CSVs or one?",
+        "call_q",
+    )
+    assert run.lease_expires_at is None
+    assert Signal.objects.get(run_id=run_id).payload == {
+        "run_id": run_id,
+        "status": "awaiting_input",
+        "question": "Separate CSVs or one?",
+    }
+    # and a slice while paused does nothing
+    assert run_step(run_id=run_id, client=scripted_llm.client()) is SliceOutcome.NOT_RUNNABLE
+    assert len(scripted_llm.requests) == 1
+
+    # when the user answers and the loop resumes
+    answered = run_respond(run_id=run_id, answer="separate", actor="agent:1")
+    assert answered == {
+        "run_id": run_id,
+        "previous_status": "awaiting_input",
+        "new_status": "running",
+    }
+    assert drive(run_id, scripted_llm.client()) == [SliceOutcome.FINISHED]
+    # then the answer was the result of exactly that tool call, and the run completed
+    second = scripted_llm.requests[1]["messages"]
+    assert second[-1] == {"role": "tool", "tool_call_id": "call_q", "content": "separate"}
+    assert second[-2]["tool_calls"][0]["id"] == "call_q"
+    step = Step.objects.get(attempt__run_id=run_id)
+    assert (step.tool, step.state, step.result["output"], step.result["provenance"]) == (
+        "ask_user",
+        StepState.DONE,
+        "separate",
+        "user",
+    )
+    assert step.reasoning == "I need a decision."
+    assert step.model == "scripted"
+    run.refresh_from_db()
+    assert (run.status, run.result["summary"]) == (RunStatus.COMPLETED, "Created separate CSVs.")
+    assert list(Signal.objects.filter(run_id=run_id).values_list("payload__status", flat=True)) == [
+        "awaiting_input",
+        "completed",
+    ]
+
+
+def test_iteration_cap_fails_the_run_with_the_partial_result(agent, scripted_llm):
+    # given a run capped at 3 iterations whose model never stops calling tools
+    run_id = run_start(agent_id=agent.pk, task="Loop", max_iterations=3, actor="test")["run_id"]
+    scripted_llm.add(
+        reply_tools(tool_call("nope_a"), text="trying a"),
+        reply_tools(tool_call("nope_b"), text="trying b"),
+        reply_tools(tool_call("nope_a"), text="found half of it"),
+        reply_text("never asked for"),
+    )
+    # when the loop runs
+    outcomes = drive(run_id, scripted_llm.client())
+    # then it stopped after exactly 3 LLM calls and failed as budget_exhausted
+    run = MotorRun.objects.get(pk=run_id)
+    attempt = Attempt.objects.get(run=run)
+    assert outcomes == [SliceOutcome.CONTINUED] * 3 + [SliceOutcome.FINISHED]
+    assert len(scripted_llm.requests) == 3
+    assert scripted_llm.remaining == 1
+    assert run.status == RunStatus.FAILED
+    assert attempt.failure == {
+        "category": "budget_exhausted",
+        "retryable": True,
+        "message": "the iteration cap of 3 was reached",
+        "last_step": "nope_a (iteration 3)",
+        "hint": "",
+    }
+    assert run.result["summary"] == "found half of it"
+    assert run.result["stats"]["iterations"] == 3
+    assert run.result["stats"]["errors"] == 3
+    payload = Signal.objects.get(run_id=run_id).payload
+    assert payload["status"] == "failed"
+    assert payload["error"] == {
+        "message": "the iteration cap of 3 was reached",
+        "last_step": "nope_a (iteration 3)",
+    }
+
+
+def test_same_tool_failing_three_times_with_the_same_code_fails_the_run(agent, scripted_llm):
+    # given a model that keeps calling a tool the run was not granted
+    run_id = run_start(agent_id=agent.pk, task="Read it", actor="test")["run_id"]
+    scripted_llm.add(*(reply_tools(tool_call("read", {"path": "a.txt"})) for _ in range(5)))
+    # when the loop runs
+    outcomes = drive(run_id, scripted_llm.client())
+    # then the third identical failure ends the run; the rest of the script is unused
+    run = MotorRun.objects.get(pk=run_id)
+    attempt = Attempt.objects.get(run=run)
+    assert outcomes == [SliceOutcome.CONTINUED, SliceOutcome.CONTINUED, SliceOutcome.FINISHED]
+    assert scripted_llm.remaining == 2
+    assert run.status == RunStatus.FAILED
+    assert attempt.failure["category"] == "tool_failure"
+    assert attempt.failure["message"] == (
+        "tool 'read' failed 3 times in a row with error_code 'denied'"
+    )
+    steps = list(Step.objects.filter(attempt=attempt).values_list("tool", "state", "result"))
+    assert [(tool, state) for tool, state, _ in steps] == [("read", "done")] * 3
+    assert steps[0][2]["output"] == "tool 'read' is not granted to this run (granted: none)"
+    # and the model saw each refusal as an error result
+    tool_messages = [m for m in attempt.messages if m["role"] == "tool"]
+    assert tool_messages[0]["content"] == (
+        "ERROR (denied): tool 'read' is not granted to this run (granted: none)"
+    )
+
+
+def test_different_error_codes_do_not_trigger_the_bailout(agent, scripted_llm):
+    # given failures of the same tool with alternating error codes (denied vs invalid_args)
+    run_id = run_start(agent_id=agent.pk, task="t", actor="test")["run_id"]
+    scripted_llm.add(
+        reply_tools(tool_call("ask_user", {"question": ""})),
+        reply_tools(tool_call("ask_user", {"question": ""})),
+        reply_tools(tool_call("nope")),
+        reply_text("gave up politely"),
+    )
+    # when it runs
+    drive(run_id, scripted_llm.client())
+    # then the run completes normally (ask_user failures are not part of a streak)
+    run = MotorRun.objects.get(pk=run_id)
+    assert (run.status, run.result["summary"]) == (RunStatus.COMPLETED, "gave up politely")
+    assert run.result["stats"]["errors"] == 3
+
+
+def test_model_failure_after_the_clients_retries_fails_the_run(agent, scripted_llm):
+    # given an empty script: the stub answers HTTP 500
+    run_id = run_start(agent_id=agent.pk, task="t", actor="test")["run_id"]
+    # when the loop runs
+    assert drive(run_id, scripted_llm.client()) == [SliceOutcome.FINISHED]
+    # then the run failed as a retryable model failure
+    attempt = Attempt.objects.get(run_id=run_id)
+    assert attempt.failure["category"] == "model_failure"
+    assert attempt.failure["retryable"] is True
+    assert attempt.failure["message"].startswith("LLM call to model 'gpt-4o-mini' failed: ")
+
+
+def test_a_slice_for_an_unknown_run_is_a_no_op(scripted_llm):
+    assert run_step(run_id="run_000000000000", client=scripted_llm.client()) is (
+        SliceOutcome.NOT_RUNNABLE
+    )
+    assert scripted_llm.requests == []
+
+
+def test_replay_reproduces_a_recorded_run(agent, make_agent, scripted_llm):
+    # given a recorded run with a question, an answer and a final summary
+    original = run_start(agent_id=agent.pk, task="Plan a trip", actor="test")["run_id"]
+    scripted_llm.add(
+        reply_tools(tool_call("ask_user", {"question": "Where to?"}, call_id="q1")),
+        reply_text("Booked Lisbon."),
+    )
+    drive(original, scripted_llm.client())
+    run_respond(run_id=original, answer="Lisbon", actor="test")
+    drive(original, scripted_llm.client())
+    # when a new run for another agent replays it
+    other = make_agent()
+    replay = run_start(agent_id=other.pk, task="Plan a trip", actor="test")["run_id"]
+    client = replay_client(run_id=original)
+    drive(replay, client)
+    run_respond(run_id=replay, answer="Lisbon", actor="test")
+    drive(replay, client)
+    # then it walks the same conversation to the same result
+    first = Attempt.objects.get(run_id=original)
+    second = Attempt.objects.get(run_id=replay)
+    assert second.messages == first.messages
+    assert MotorRun.objects.get(pk=replay).result["summary"] == "Booked Lisbon."
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"task": "  "}, "task: must not be empty"),
+        ({"task": "t", "max_iterations": 21}, "max_iterations: 21 is outside 1..20"),
+        ({"task": "t", "max_iterations": 0}, "max_iterations: 0 is outside 1..20"),
+        ({"task": "t", "timeout_s": 601}, "timeout_s: 601 is outside 1..600 seconds"),
+        ({"task": "t", "trigger": "cron"}, "trigger: 'cron' is not one of"),
+        ({"task": "t", "credential_names": ["Bad-Name"]}, "credential_names: 'Bad-Name' must"),
+        ({"task": "t", "tools": ["ask_user"]}, "tools: ask_user is host-side"),
+    ],
+)
+def test_invalid_start_params_are_refused_and_nothing_is_created(
+    agent, test_redis, params, message
+):
+    with pytest.raises(InvalidRunParams) as excinfo:
+        run_start(agent_id=agent.pk, actor="test", **params)
+    assert str(excinfo.value).startswith(message)
+    assert MotorRun.objects.count() == 0
+    assert test_redis.get(f"motor:mutex:agent:{agent.pk}") is None
+
+
+def test_start_for_an_unknown_agent_is_refused(db, test_redis):
+    with pytest.raises(InvalidRunParams, match="agent_id: no agent with id 987654"):
+        run_start(agent_id=987654, task="t", actor="test")
+    assert MotorRun.objects.count() == 0
+    assert list(test_redis.scan_iter(match="motor:mutex:*")) == []
+
+
+def test_messages_and_steps_are_json_with_placeholders_only(agent, scripted_llm):
+    # given a model that passes a credential placeholder to a tool it was not granted
+    run_id = run_start(agent_id=agent.pk, task="t", credential_names=["api_key"], actor="test")[
+        "run_id"
+    ]
+    scripted_llm.add(
+        reply_tools(tool_call("fetch", {"url": "https://x.test", "token": "<credential:api_key>"})),
+        reply_text("done"),
+    )
+    drive(run_id, scripted_llm.client())
+    # then the step stores the placeholder as the model sent it
+    step = Step.objects.get(attempt__run_id=run_id)
+    assert step.arguments == {"url": "https://x.test", "token": "<credential:api_key>"}
+    assert json.loads(json.dumps(Attempt.objects.get(run_id=run_id).messages))
