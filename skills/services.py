@@ -1210,12 +1210,10 @@ def policy_update(
     given = {
         k: v
         for k, v in {
-            "allowed_domains": list(allowed_domains) if allowed_domains is not None else None,
-            "required_credentials": (
-                list(required_credentials) if required_credentials is not None else None
-            ),
-            "tools": list(tools) if tools is not None else None,
-            "dependencies": list(dependencies) if dependencies is not None else None,
+            "allowed_domains": allowed_domains,
+            "required_credentials": required_credentials,
+            "tools": tools,
+            "dependencies": dependencies,
             "inputs": inputs,
         }.items()
         if v is not None
