@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandbox.egress import (
     Decision,
@@ -291,3 +295,50 @@ def test_validate_policy_refuses_bad_ports(port: int) -> None:
 def test_decide_raises_for_an_unusable_policy() -> None:
     with pytest.raises(PolicyError, match="too broad"):
         decide("example.com", 443, NetworkPolicy(allowed_domains=("*.com",)))
+
+
+# ------------------------------------------------------------------------- property tests
+
+HOSTISH = st.text(
+    alphabet=st.sampled_from(
+        list("abcxyz019-_.:[]@%\\/#? \x00\t\r\nАаßü。．０xX") + ["\u200b", "\ufeff", "\u0301"]
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(host=HOSTISH | st.text(max_size=30), port=st.integers(-5, 70000) | st.text(max_size=6))
+def test_canonical_hosts_are_plain_idempotent_and_unambiguous(host: str, port: int | str) -> None:
+    # when
+    try:
+        canonical, canonical_port = canonicalize_host(host, port)
+    except HostRejected:
+        return  # refusing is always safe; any other exception fails the test
+
+    # then the output is lowercase ASCII with nothing a resolver could read differently,
+    assert canonical.isascii() and canonical == canonical.lower()
+    assert not set(canonical) & set("\x00@%\\/#? \t\r\n")
+    assert 1 <= canonical_port <= 65535
+    # canonicalising again changes nothing,
+    assert canonicalize_host(canonical, canonical_port) == (canonical, canonical_port)
+    # and IP literals are exactly what ipaddress reads (names never look numeric)
+    if canonical.startswith("["):
+        assert f"[{ipaddress.IPv6Address(canonical[1:-1]).compressed}]" == canonical
+    elif canonical.rsplit(".", 1)[-1].isdigit():
+        assert str(ipaddress.IPv4Address(canonical)) == canonical
+    else:
+        assert ":" not in canonical and len(canonical) <= 253
+
+
+@settings(max_examples=300, deadline=None)
+@given(host=HOSTISH, port=st.integers(-5, 70000))
+def test_decide_never_raises_and_never_allows_an_unlisted_host(host: str, port: int) -> None:
+    # when
+    decision = decide(host, port, POLICY)
+
+    # then
+    if decision.allowed:
+        assert decision.host in {"api.ok.test", "xn--bcher-kva.test", "198.51.100.7"} or (
+            decision.host.endswith(".wild.test")
+        )
