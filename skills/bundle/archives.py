@@ -157,16 +157,27 @@ class _Collected:
 # -- zip ----------------------------------------------------------------------------------------
 
 _EOCD = b"PK\x05\x06"
+_ZIP64_LOCATOR = b"PK\x06\x07"
+_ZIP64_EOCD = b"PK\x06\x06"
 
 
 def _zip_declared_entries(data: bytes) -> int | None:
-    """Entry count from the end-of-central-directory record (None if absent or ZIP64)."""
+    """Entry count from the end-of-central-directory record (ZIP64 aware); None if absent."""
     tail_start = max(0, len(data) - 65_557)  # EOCD (22 bytes) + the longest comment
     pos = data.rfind(_EOCD, tail_start)
     if pos < 0 or pos + 22 > len(data):
         return None
     (total,) = struct.unpack("<H", data[pos + 10 : pos + 12])
-    return None if total == 0xFFFF else total
+    if total != 0xFFFF:
+        return total
+    locator = pos - 20  # the ZIP64 locator sits right before the classic record
+    if locator < 0 or data[locator : locator + 4] != _ZIP64_LOCATOR:
+        return None
+    (record,) = struct.unpack("<Q", data[locator + 8 : locator + 16])
+    if data[record : record + 4] != _ZIP64_EOCD or record + 40 > len(data):
+        return None
+    (total64,) = struct.unpack("<Q", data[record + 32 : record + 40])
+    return int(total64)
 
 
 def _collect_zip(data: bytes, c: _Collected) -> None:
@@ -190,20 +201,6 @@ def _collect_zip(data: bytes, c: _Collected) -> None:
                 f"{len(infos):,} entries; the limit is {c.limits.max_archive_entries:,}",
             )
             raise _Stop
-        declared_total = sum(info.file_size for info in infos)
-        if declared_total > c.limits.max_total_bytes:
-            c.archive_problem(
-                "archive-too-large",
-                f"declares {declared_total:,} unpacked bytes; the limit is "
-                f"{c.limits.max_total_bytes:,}",
-            )
-        try:
-            c.check_ratio(declared_total)
-        except _Stop:
-            pass
-        if c.problems:
-            raise _Stop
-
         wanted: list[tuple[str, zipfile.ZipInfo]] = []
         for info in infos:
             c.count_entry()
@@ -228,6 +225,21 @@ def _collect_zip(data: bytes, c: _Collected) -> None:
             wanted.append((norm, info))
         if c.problems:
             return
+        # Declared sizes first (cheap, before unpacking anything); entries that will never be
+        # unpacked (denylisted) do not count. The same caps are enforced again on real bytes.
+        declared_total = sum(info.file_size for norm, info in wanted if classify(norm) != "denied")
+        if declared_total > c.limits.max_total_bytes:
+            c.archive_problem(
+                "archive-too-large",
+                f"declares {declared_total:,} unpacked bytes; the limit is "
+                f"{c.limits.max_total_bytes:,}",
+            )
+        try:
+            c.check_ratio(declared_total)
+        except _Stop:
+            pass
+        if c.problems:
+            raise _Stop
         for norm, info in wanted:
             try:
                 c.read_file(norm, info.file_size, lambda info=info: archive.open(info))

@@ -39,6 +39,7 @@ class ScanResult:
     problems: list[Problem] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    unreadable: bool = False  # the directory itself could not be opened (missing, link, file)
 
 
 def _kind_name(mode: int) -> str:
@@ -94,8 +95,10 @@ def scan_directory(path: Path, *, limits: BundleLimits) -> ScanResult:
         root_fd = os.open(path, _DIR_FLAGS)
     except FileNotFoundError:
         problems.append(Problem(BUNDLE_PATH, "not-found", f"{path} does not exist"))
+        result.unreadable = True
         return result
     except OSError:
+        result.unreadable = True
         if os.path.islink(path):
             problems.append(
                 Problem(BUNDLE_PATH, "symlink", "the skill directory is a symbolic link")
@@ -234,6 +237,8 @@ def bundle_from_directory(
     """Read and validate the skill stored in directory ``path`` (its name is the directory's)."""
     path = Path(path)
     scanned = scan_directory(path, limits=limits)
+    if scanned.unreadable:
+        raise BundleError(scanned.problems)
     return assemble(
         content=scanned.content,
         sizes=scanned.sizes,
