@@ -127,6 +127,14 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return False
 
 
+def _is_plain_non_dir(name: str, dir_fd: int) -> bool:
+    try:
+        mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISLNK(mode) and not stat.S_ISDIR(mode)
+
+
 def open_dir(parts: list[str], *, create: bool = False) -> int:
     """Open the workspace directory `parts` without following any symlink; returns an fd."""
     fd = os.open(WORKSPACE, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -144,14 +152,17 @@ def open_dir(parts: list[str], *, create: bool = False) -> int:
                     pass
                 nxt = os.open(part, _O_DIR, dir_fd=fd)
         except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(part, fd):
-                os.close(fd)
+            # O_NOFOLLOW|O_DIRECTORY on a symlink fails with ELOOP or ENOTDIR. The entry may
+            # have been swapped back since, so only a plain non-directory counts as "not a
+            # directory"; anything else was a link at the moment of the open.
+            plain_file = exc.errno == errno.ENOTDIR and _is_plain_non_dir(part, fd)
+            os.close(fd)
+            if plain_file:
+                raise ToolError("invalid_args", f"{shown}: not a directory") from None
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
                 raise ToolError(
                     "denied", f"{shown}: is a symbolic link; file tools never follow links"
                 ) from None
-            os.close(fd)
-            if exc.errno == errno.ENOTDIR:
-                raise ToolError("invalid_args", f"{shown}: not a directory") from None
             raise ToolError("denied", f"{shown}: {exc.strerror}") from None
         except ToolError:
             os.close(fd)
