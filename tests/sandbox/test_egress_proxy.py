@@ -747,3 +747,23 @@ def test_a_failing_report_callback_does_not_break_the_proxy(
 
     # then both were answered
     assert (first.status, second.status) == (403, 403)
+
+
+def test_a_non_tls_tunnel_is_relayed_as_is(make_proxy: ProxyFactory, upstream: Upstream) -> None:
+    # given a tunnel to the plain-HTTP port
+    harness = make_proxy()
+    answer = send_connect(harness.path, "api.allowed.test:80")
+    assert answer.sock is not None
+
+    # when plain HTTP is spoken through it
+    with answer.sock as tunnel:
+        tunnel.sendall(
+            b"GET /hello HTTP/1.1\r\nHost: api.allowed.test\r\nConnection: close\r\n\r\n"
+        )
+        data = b""
+        while chunk := tunnel.recv(65536):
+            data += chunk
+
+    # then
+    assert data.startswith(b"HTTP/1.1 200 ")
+    assert data.endswith(b"hello from upstream\n")
