@@ -172,15 +172,28 @@ class _UidLease:
 
 
 def _processes_of_uid(uid: int) -> list[int]:
+    """Live (non-zombie) processes owned by `uid`."""
     pids: list[int] = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if os.stat(f"/proc/{name}").st_uid == uid:
-                    pids.append(int(name))
-            except OSError:
+                if os.stat(f"/proc/{name}").st_uid != uid:
+                    continue
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    state = fh.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
                 continue
+            if state not in (b"Z", b"X"):
+                pids.append(int(name))
     return pids
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(p) for p in fh.read().split()]
+    except (OSError, ValueError):
+        return []
 
 
 def _chown_tree(root: Path, uid: int, gid: int) -> None:
@@ -404,16 +417,21 @@ class BwrapSession:
             if self._closed:
                 return
             self._closed = True
-        # Killing bwrap's group takes the sandbox's init with it (die-with-parent), and the
-        # death of a PID namespace's init kills every process in that namespace.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._proc.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self._proc.kill()
+        # Kill the sandbox's init first: the death of a PID namespace's init kills every process
+        # in it, and bwrap (its parent) then exits and reaps it, so no zombie is left to the
+        # host's init. Killing bwrap's group afterwards covers a bwrap that is still setting up.
+        for child in _children(self._proc.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signal.SIGKILL)
         try:
-            self._proc.wait(timeout=10)
+            self._proc.wait(timeout=2)
         except subprocess.TimeoutExpired:
-            logger.error("bwrap pid %s did not exit after SIGKILL", self._proc.pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                logger.error("bwrap pid %s did not exit after SIGKILL", self._proc.pid)
         for stream in (self._proc.stdin, self._proc.stdout):
             if stream is not None:
                 with contextlib.suppress(OSError):

@@ -1,0 +1,392 @@
+"""The bwrap backend's session lifecycle and call semantics, on real bubblewrap."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from sandbox.backends import get_backend
+from sandbox.backends.bwrap import BwrapBackend, BwrapSession
+from sandbox.session import SessionRegistry, open_session
+from sandbox.types import ExecRequest, Limits, SandboxError, SessionSpec
+from tests.sandbox.conftest import SandboxFactory
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def live_processes_of(uid: int) -> list[int]:
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid != uid:
+                    continue
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    state = fh.read().rsplit(b")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state not in (b"Z", b"X"):
+                pids.append(int(name))
+    return pids
+
+
+def wait_until(predicate: object, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.02)
+    return bool(predicate())  # type: ignore[operator]
+
+
+def test_exec_returns_output_exit_code_and_uses_stdin_cwd_and_env(
+    open_sandbox: SandboxFactory, workspace: Path
+) -> None:
+    # given a session with a session-wide variable and a subdirectory in the workspace
+    (workspace / "sub").mkdir()
+    session = open_sandbox(workspace=workspace, environment={"SESSION_VAR": "s"})
+    # when a command reads stdin, its cwd and the session + per-call environment, and fails
+    result = session.exec(
+        ExecRequest(
+            argv=["sh", "-c", 'cat; pwd; echo "$SESSION_VAR $CALL_VAR $HOME"; exit 3'],
+            stdin=b"from stdin\n",
+            env={"CALL_VAR": "c"},
+            cwd="/workspace/sub",
+        )
+    )
+    # then everything is reported exactly
+    assert result.exit_code == 3
+    assert result.stdout == b"from stdin\n/workspace/sub\ns c /workspace\n"
+    assert result.stderr == b""
+    assert result.timed_out is False
+    assert result.truncated is False
+
+
+def test_per_call_environment_does_not_leak_into_the_next_call(
+    open_sandbox: SandboxFactory,
+) -> None:
+    # given a call that received a credential variable
+    session = open_sandbox()
+    first = session.exec(ExecRequest(argv=["sh", "-c", "echo $TOKEN"], env={"TOKEN": "t0k"}))
+    # when the next call looks for it
+    second = session.exec(ExecRequest(argv=["sh", "-c", "echo ${TOKEN:-unset}"]))
+    # then it is gone
+    assert first.stdout == b"t0k\n"
+    assert second.stdout == b"unset\n"
+
+
+def test_files_written_inside_appear_in_the_host_workspace(
+    open_sandbox: SandboxFactory, workspace: Path
+) -> None:
+    # given a host file in the workspace
+    (workspace / "in.txt").write_text("hello")
+    session = open_sandbox(workspace=workspace)
+    # when the sandbox transforms it
+    result = session.exec(ExecRequest(argv=["sh", "-c", "tr a-z A-Z < in.txt > out.txt"]))
+    # then the host sees the result
+    assert result.exit_code == 0
+    assert (workspace / "out.txt").read_text() == "HELLO"
+
+
+def test_missing_command_gives_127_and_a_message(open_sandbox: SandboxFactory) -> None:
+    session = open_sandbox()
+    result = session.exec(ExecRequest(argv=["no-such-command-xyz"]))
+    assert result.exit_code == 127
+    assert result.stderr == b"no-such-command-xyz: command not found"
+
+
+def test_missing_cwd_is_reported(open_sandbox: SandboxFactory) -> None:
+    session = open_sandbox()
+    result = session.exec(ExecRequest(argv=["true"], cwd="/workspace/nope"))
+    assert result.exit_code == 126
+    assert result.stderr == b"working directory /workspace/nope does not exist"
+
+
+def test_output_limit_applies_to_each_stream(open_sandbox: SandboxFactory) -> None:
+    session = open_sandbox(limits=Limits(output_bytes=10))
+    result = session.exec(ExecRequest(argv=["sh", "-c", "echo 0123456789abc; echo xy >&2"]))
+    assert result.stdout == b"0123456789"
+    assert result.stderr == b"xy\n"
+    assert result.truncated is True
+
+
+def test_invalid_request_is_refused_without_running(open_sandbox: SandboxFactory) -> None:
+    session = open_sandbox()
+    with pytest.raises(ValueError, match="argv"):
+        session.exec(ExecRequest(argv=[]))
+    with pytest.raises(ValueError, match="NUL"):
+        session.exec(ExecRequest(argv=["true"], env={"A": "x\0y"}))
+    # the session is still fine afterwards
+    assert session.exec(ExecRequest(argv=["echo", "ok"])).stdout == b"ok\n"
+
+
+def test_close_kills_everything_and_removes_the_runtime_dir(
+    open_sandbox: SandboxFactory,
+) -> None:
+    # given a session with a detached background daemon running
+    session = open_sandbox()
+    assert isinstance(session, BwrapSession)
+    session.exec(ExecRequest(argv=["sh", "-c", "true"]))
+    runtime_dir = session._runtime_dir
+    uid = session.host_uid
+    assert runtime_dir.is_dir()
+    assert live_processes_of(uid) != []
+    # when it is closed
+    session.close()
+    # then no process of its uid is alive, its runtime dir is gone and calls are refused
+    assert live_processes_of(uid) == []
+    assert not runtime_dir.exists()
+    assert session.closed is True
+    with pytest.raises(SandboxError, match="closed"):
+        session.exec(ExecRequest(argv=["true"]))
+    session.close()  # idempotent
+
+
+def test_each_session_gets_its_own_host_uid(open_sandbox: SandboxFactory) -> None:
+    first = open_sandbox()
+    second = open_sandbox()
+    assert isinstance(first, BwrapSession) and isinstance(second, BwrapSession)
+    assert first.host_uid != second.host_uid
+    assert first.host_uid != 0 and second.host_uid != 0
+
+
+def test_sandbox_that_cannot_start_raises_sandbox_error(tmp_path: Path) -> None:
+    backend = get_backend("bwrap")
+    # a missing workspace
+    with pytest.raises(SandboxError, match="workspace"):
+        backend.open(SessionSpec(workspace=tmp_path / "missing"))
+    # a workspace that is a symlink
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(SandboxError, match="not a directory"):
+        backend.open(SessionSpec(workspace=tmp_path / "link"))
+    # a read-only mount over the workspace
+    with pytest.raises(SandboxError, match="not allowed"):
+        backend.open(
+            SessionSpec(workspace=tmp_path / "real", readonly_mounts=[(tmp_path, "/workspace")])
+        )
+
+
+def test_readonly_mounts_are_visible_and_read_only(
+    open_sandbox: SandboxFactory, tmp_path: Path
+) -> None:
+    # given a host directory with a file, mounted read-only at /skills/demo
+    skill = tmp_path / "skill"
+    skill.mkdir()
+    (skill / "SKILL.md").write_text("# demo\n")
+    session = open_sandbox(readonly_mounts=[(skill, "/skills/demo")])
+    # when the sandbox reads and then tries to modify it
+    read = session.exec(ExecRequest(argv=["cat", "/skills/demo/SKILL.md"]))
+    write = session.exec(ExecRequest(argv=["sh", "-c", "echo x >> /skills/demo/SKILL.md"]))
+    # then reading works, writing fails and the host file is unchanged
+    assert read.stdout == b"# demo\n"
+    assert write.exit_code != 0
+    assert (skill / "SKILL.md").read_text() == "# demo\n"
+
+
+def test_no_mount_is_left_on_the_host(open_sandbox: SandboxFactory, workspace: Path) -> None:
+    # given a running session (its staging mounts live in a private mount namespace)
+    session = open_sandbox(workspace=workspace)
+    assert isinstance(session, BwrapSession)
+    session.exec(ExecRequest(argv=["true"]))
+    runtime_dir = str(session._runtime_dir)
+    # when the host's mount table is read during and after the session
+    during = Path("/proc/self/mountinfo").read_text()
+    session.close()
+    after = Path("/proc/self/mountinfo").read_text()
+    # then neither the runtime dir nor the workspace was ever mounted on the host
+    for table in (during, after):
+        assert runtime_dir not in table
+        assert str(workspace) not in table
+
+
+def test_sandbox_dies_with_its_owning_process(tmp_path: Path) -> None:
+    # given a worker process that opens a session and is then killed outright
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = textwrap.dedent(
+        f"""
+        import os, sys
+        from pathlib import Path
+        from sandbox.backends import get_backend
+        from sandbox.types import ExecRequest, SessionSpec
+        s = get_backend("bwrap").open(SessionSpec(workspace=Path({str(workspace)!r})))
+        s.exec(ExecRequest(argv=["true"]))
+        print(s.host_uid, flush=True)
+        os.kill(os.getpid(), 9)
+        """
+    )
+    worker = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert worker.returncode == -signal.SIGKILL
+    uid = int(worker.stdout.strip())
+    # then every process of the sandbox disappears
+    assert wait_until(lambda: live_processes_of(uid) == [])
+
+
+def test_registry_closes_idle_sessions_but_not_busy_ones(workspace: Path) -> None:
+    # given a registry and a session with a 0 s idle timeout
+    registry = SessionRegistry(reap_interval_s=3600)
+    spec = SessionSpec(workspace=workspace, limits=Limits(idle_timeout_s=0.0))
+    session = open_session(spec, "bwrap", session_registry=registry)
+    other = open_session(
+        SessionSpec(workspace=workspace, limits=Limits(idle_timeout_s=3600)),
+        "bwrap",
+        session_registry=registry,
+    )
+    try:
+        assert len(registry) == 2
+        # when the reaper runs
+        closed = registry.close_idle(now=time.monotonic() + 1)
+        # then only the idle one is closed and forgotten
+        assert closed == [session.id]
+        assert session.closed is True
+        assert other.closed is False
+        assert [s.id for s in registry] == [other.id]
+    finally:
+        registry.close_all()
+    assert other.closed is True
+    assert len(registry) == 0
+
+
+def test_registry_reaper_thread_closes_idle_sessions(workspace: Path) -> None:
+    registry = SessionRegistry(reap_interval_s=0.05)
+    session = open_session(
+        SessionSpec(workspace=workspace, limits=Limits(idle_timeout_s=0.1)),
+        "bwrap",
+        session_registry=registry,
+    )
+    assert wait_until(lambda: session.closed and len(registry) == 0)
+
+
+def test_open_sessions_are_closed_at_interpreter_exit(tmp_path: Path) -> None:
+    # given a process that opens a registered session and exits normally without closing it
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from sandbox.session import open_session
+        from sandbox.types import SessionSpec
+        s = open_session(SessionSpec(workspace=Path({str(workspace)!r})))
+        print(s.inner.host_uid, s.inner._runtime_dir, flush=True)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    uid, runtime_dir = done.stdout.split()
+    # then nothing of it is left
+    assert live_processes_of(int(uid)) == []
+    assert not Path(runtime_dir).exists()
+
+
+def test_local_backend_is_refused_unless_enabled(workspace: Path) -> None:
+    with pytest.raises(SandboxError, match="allow_local"):
+        get_backend("local")
+    with pytest.raises(SandboxError, match="unknown sandbox backend"):
+        get_backend("chroot")
+
+
+def test_local_backend_warns_on_every_session(workspace: Path) -> None:
+    backend = get_backend("local", allow_local=True)
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            session = backend.open(SessionSpec(workspace=workspace))
+        assert [str(w.message) for w in caught if "WITHOUT isolation" in str(w.message)] != []
+        result = session.exec(ExecRequest(argv=["sh", "-c", "echo hi > f; pwd"]))
+        assert result.stdout.decode().strip() == str(workspace.resolve())
+        session.close()
+    with pytest.warns(RuntimeWarning, match="WITHOUT isolation"):
+        local = backend.open(SessionSpec(workspace=workspace))
+    timed = local.exec(ExecRequest(argv=["sleep", "5"], timeout_s=0.2))
+    assert timed.timed_out is True
+    assert (workspace / "f").read_text() == "hi\n"
+
+
+def test_supervisor_run_one_mode_applies_limits_and_seccomp(open_sandbox: SandboxFactory) -> None:
+    # given a one-shot request for the supervisor's run-one mode (what a container backend uses)
+    session = open_sandbox()
+    request = {
+        "config": {"limits": {"output_bytes": 64}, "env": {"PATH": "/usr/bin:/bin"}},
+        "exec": {
+            "argv": ["sh", "-c", "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status; echo $X"],
+            "env": {"X": "from-request"},
+        },
+    }
+    # when it runs, fed on stdin and given as --request-b64
+    via_stdin = session.exec(
+        ExecRequest(
+            argv=["python3", "-I", "-B", "/opt/motor-cortex/supervisor.py", "run-one"],
+            stdin=json.dumps(request).encode(),
+        )
+    )
+    via_arg = session.exec(
+        ExecRequest(
+            argv=[
+                "python3",
+                "-I",
+                "-B",
+                "/opt/motor-cortex/supervisor.py",
+                "run-one",
+                "--request-b64",
+                base64.b64encode(json.dumps(request).encode()).decode(),
+            ]
+        )
+    )
+    # then each prints one RESULT whose command ran filtered, with the request's environment
+    for outer in (via_stdin, via_arg):
+        assert outer.exit_code == 0, outer.stderr
+        result = json.loads(outer.stdout)
+        assert result["op"] == "result"
+        assert result["exit_code"] == 0
+        assert base64.b64decode(result["stdout_b64"]) == (
+            b"NoNewPrivs:\t1\nSeccomp:\t2\nfrom-request\n"
+        )
+        assert result["truncated"] is False
+
+
+def test_supervisor_run_one_rejects_a_malformed_request(open_sandbox: SandboxFactory) -> None:
+    session = open_sandbox()
+    outer = session.exec(
+        ExecRequest(
+            argv=["python3", "-I", "-B", "/opt/motor-cortex/supervisor.py", "run-one"],
+            stdin=b'{"exec": {"argv": []}}',
+        )
+    )
+    assert outer.exit_code == 2
+    assert json.loads(outer.stdout) == {
+        "op": "error",
+        "code": "invalid_args",
+        "message": "argv must be a non-empty list of strings without NUL bytes",
+    }
+
+
+def test_supervisor_refuses_to_run_as_root() -> None:
+    done = subprocess.run(
+        ["/usr/bin/python3", "-I", "-B", str(REPO / "sandbox/inside/supervisor.py"), "serve"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        input="",
+    )
+    assert done.returncode == 3
+    assert done.stderr == "supervisor: refusing to run as uid 0\n"
+
+
+def test_backend_rejects_a_malformed_uid_range() -> None:
+    with pytest.raises(SandboxError, match="MOTOR_SANDBOX_UID_RANGE"):
+        BwrapBackend(uid_range="lots")
