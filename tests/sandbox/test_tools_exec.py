@@ -1,0 +1,309 @@
+"""`code` and `bash` in a real bwrap session without network: results, caps, containment of
+commands the validator lets through, the reduced PATH behind it, and credential redaction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox.backends import get_backend
+from sandbox.tools import execute_tool
+from sandbox.types import ErrorCode, ExecRequest, Session, SessionSpec, ToolResult
+
+SECRET = "sk-test-4f9a8b7c6d5e"
+CREDS = {"API_TOKEN": SECRET}
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    path.mkdir()
+    (path / "data.txt").write_text("b\na\nb\nc\nb\n")
+    (path / "big.txt").write_text("y" * 20_000)
+    return path
+
+
+@pytest.fixture
+def session(ws: Path) -> Iterator[Session]:
+    opened = get_backend("bwrap").open(SessionSpec(workspace=ws))
+    yield opened
+    opened.close()
+
+
+def run(session: Session, name: str, **args: object) -> ToolResult:
+    return execute_tool(session, name, args, credentials=CREDS, network_enabled=False)
+
+
+def assert_no_secret(result: ToolResult) -> None:
+    assert SECRET not in json.dumps(result.to_dict())
+
+
+# ------------------------------------------------------------------------------------ code
+
+
+def test_code_prints_its_output(session: Session) -> None:
+    result = run(session, "code", code="import os\nprint(sum(range(10)), os.getcwd())")
+    assert (result.ok, result.output, result.exit_code, result.provenance) == (
+        True,
+        "45 /workspace\n",
+        0,
+        "internal",
+    )
+
+
+def test_code_failure_is_data_with_the_traceback(session: Session) -> None:
+    result = run(session, "code", code="1/0")
+    assert (result.ok, result.error_code, result.exit_code, result.retryable) == (
+        False,
+        ErrorCode.EXIT_NONZERO,
+        1,
+        False,
+    )
+    assert result.output == (
+        "[stderr]\nTraceback (most recent call last):\n"
+        '  File "<stdin>", line 1, in <module>\n'
+        "ZeroDivisionError: division by zero\n[exit status 1]"
+    )
+
+
+@pytest.mark.slow
+def test_code_is_killed_after_five_seconds_without_network(session: Session) -> None:
+    result = run(session, "code", code="print('started', flush=True)\nwhile True: pass")
+    assert (result.ok, result.error_code, result.timed_out, result.retryable) == (
+        False,
+        ErrorCode.TIMEOUT,
+        True,
+        False,
+    )
+    assert result.output == "timed out after 5 s and was killed\nstarted"
+
+
+def test_code_output_is_capped_at_32_kb(session: Session) -> None:
+    result = run(session, "code", code="print('x' * 100_000)")
+    # a cut does not fail a successful program; it is flagged and marked
+    assert (result.ok, result.error_code, result.truncated) == (True, None, True)
+    assert result.output == "x" * 32768 + "\n[output truncated at 32768 bytes]"
+
+
+def test_code_has_no_network(session: Session) -> None:
+    # given a program that tries PostgreSQL on the host's loopback and a public address
+    program = (
+        "import socket\n"
+        "for addr in [('127.0.0.1', 5432), ('93.184.216.34', 443)]:\n"
+        "    try:\n"
+        "        socket.create_connection(addr, timeout=2)\n"
+        "        print('connected', addr)\n"
+        "    except OSError as exc:\n"
+        "        print(type(exc).__name__, exc.errno)\n"
+    )
+    # when run, then the sandbox's own loopback refuses and nothing else is routable
+    result = run(session, "code", code=program)
+    assert result.output == "ConnectionRefusedError 111\nOSError 101\n"
+
+
+def test_code_sees_credentials_as_environment_and_output_is_redacted(session: Session) -> None:
+    program = (
+        "import base64, os\n"
+        "v = os.environ['API_TOKEN']\n"
+        "print(v)\n"
+        "print(base64.b64encode(v.encode()).decode())\n"
+        "raise SystemExit('failed with ' + v)\n"
+    )
+    result = run(session, "code", code=program)
+    assert result.output == (
+        "<credential:API_TOKEN>\n<credential:API_TOKEN>\n"
+        "[stderr]\nfailed with <credential:API_TOKEN>\n[exit status 1]"
+    )
+    assert_no_secret(result)
+
+
+def test_code_placeholders_are_substituted(session: Session) -> None:
+    result = run(session, "code", code="print(len('<credential:API_TOKEN>'))")
+    assert result.output == f"{len(SECRET)}\n"
+
+
+# ------------------------------------------------------------------------------------ bash
+
+
+def test_bash_runs_an_allowlisted_pipeline(session: Session) -> None:
+    result = run(session, "bash", command="cat data.txt | sort | uniq -c | sort -rn | head -n 1")
+    assert (result.ok, result.output.split(), result.provenance) == (
+        True,
+        ["3", "b"],
+        "internal",
+    )
+
+
+def test_bash_nonzero_exit_is_data(session: Session) -> None:
+    result = run(session, "bash", command="grep zzz data.txt")
+    assert (result.ok, result.error_code, result.exit_code, result.output) == (
+        False,
+        ErrorCode.EXIT_NONZERO,
+        1,
+        "[exit status 1]",
+    )
+
+
+def test_a_refused_command_runs_nothing(session: Session, ws: Path) -> None:
+    # given a list whose first part is harmless and whose second is an interpreter
+    result = run(session, "bash", command="echo hi > made.txt; python3 -c 'print(1)'")
+    # then the whole command is refused and not even the first part ran
+    assert (result.ok, result.error_code, result.exit_code) == (False, ErrorCode.DENIED, None)
+    assert result.output.startswith("bash: refused by rule 'interpreter': `python3`")
+    assert not (ws / "made.txt").exists()
+
+
+def test_bash_output_is_capped_at_10_kb(session: Session) -> None:
+    result = run(session, "bash", command="cat big.txt")
+    assert (result.ok, result.truncated) == (True, True)
+    assert result.output == "y" * 10240 + "\n[output truncated at 10240 bytes]"
+
+
+def test_bash_with_curl_is_web_provenance(session: Session) -> None:
+    result = run(session, "bash", command="curl -sS -m 5 http://127.0.0.1:5432/")
+    assert (result.provenance, result.exit_code) == ("web", 7)
+
+
+@pytest.mark.parametrize(
+    ("command", "exit_code", "stderr"),
+    [
+        # host secrets are simply not in the sandbox
+        ("cat /etc/shadow", 1, "cat: /etc/shadow: No such file or directory\n"),
+        # PostgreSQL on the host's loopback is not the sandbox's loopback
+        (
+            "curl -sS -m 5 http://127.0.0.1:5432/",
+            7,
+            "curl: (7) Failed to connect to 127.0.0.1 port 5432 after 0 ms: "
+            "Couldn't connect to server\n",
+        ),
+    ],
+)
+def test_validator_passing_commands_stay_contained(
+    session: Session, command: str, exit_code: int, stderr: str
+) -> None:
+    # given commands the allowlist accepts
+    result = execute_tool(
+        session,
+        "bash",
+        {"command": command},
+        bash_allowlist=("cat", "curl"),
+        network_enabled=False,
+    )
+    # then they run and fail inside the sandbox
+    assert (result.exit_code, result.output) == (
+        exit_code,
+        f"[stderr]\n{stderr}[exit status {exit_code}]",
+    )
+
+
+def test_tee_cannot_write_outside_the_workspace(session: Session) -> None:
+    # given tee, which writes to files named as arguments (not redirections)
+    result = execute_tool(
+        session,
+        "bash",
+        {"command": "echo owned | tee /usr/owned /etc/owned /workspace/ok.txt"},
+        bash_allowlist=("echo", "tee"),
+        network_enabled=False,
+    )
+    # then only the workspace copy was written: the rest of the tree is read-only or absent
+    assert result.exit_code == 1
+    assert "tee: /usr/owned: Read-only file system" in result.output
+    probe = session.exec(
+        ExecRequest(
+            argv=["/usr/bin/python3", "-c", "import os;print(os.path.exists('/usr/owned'))"]
+        )
+    )
+    assert probe.stdout == b"False\n"
+
+
+def test_a_copied_interpreter_cannot_be_run(session: Session, ws: Path) -> None:
+    # given python3 copied into the workspace with allowlisted commands
+    copied = run(session, "bash", command="cat /usr/bin/python3 > py; wc -c < py")
+    # when it is named by path, by bare name, or through the dynamic loader
+    by_path = run(session, "bash", command="./py -c 1")
+    by_name = run(session, "bash", command="py -c 1")
+    loader = run(session, "bash", command="ld-linux-x86-64.so.2 ./py -c 1")
+    # then the copy exists but is not executable, and every way to start it is refused
+    assert copied.ok
+    assert int(copied.output) == (ws / "py").stat().st_size
+    assert (ws / "py").stat().st_mode & 0o111 == 0
+    assert [by_path.output, by_name.output, loader.output] == [
+        "bash: refused by rule 'bare-name': `./py`: commands must be named by their bare name "
+        "from the allowlist, not by a path",
+        "bash: refused by rule 'not-allowlisted': `py` is not in this call's allowlist "
+        "(cat, curl, date, echo, grep, head, jq, sort, tail, uniq, wc)",
+        "bash: refused by rule 'executes-argument': `ld-linux-x86-64.so.2` runs another program "
+        "given as its argument; it is never allowed",
+    ]
+
+
+def test_path_inside_is_only_the_allowlisted_binaries(session: Session) -> None:
+    # given the in-sandbox runner called directly, bypassing the validator (defence in depth)
+    request = {
+        "command": "echo $PATH; python3 -c 'print(1)'; ./py; sh -c 'echo x'",
+        "allowlist": ["echo"],
+    }
+    result = session.exec(
+        ExecRequest(
+            argv=["/usr/bin/python3", "-I", "-B", "/opt/motor-cortex/tools.py", "bash"],
+            stdin=json.dumps(request).encode(),
+        )
+    )
+    # then bare names outside the allowlist are not found at all
+    assert result.stdout.decode().startswith("/tmp/motor-bin-")
+    assert result.stderr.decode() == (
+        "/bin/bash: line 1: python3: command not found\n"
+        "/bin/bash: line 1: ./py: No such file or directory\n"
+        "/bin/bash: line 1: sh: command not found\n"
+    )
+
+
+def test_bash_credentials_are_variables_and_redacted(session: Session) -> None:
+    result = run(
+        session,
+        "bash",
+        command='echo "token=<credential:API_TOKEN>"; echo "$API_TOKEN" >&2',
+    )
+    assert result.output == ("token=<credential:API_TOKEN>\n[stderr]\n<credential:API_TOKEN>\n")
+    assert_no_secret(result)
+
+
+def test_a_credential_value_cannot_inject_shell_syntax(session: Session, ws: Path) -> None:
+    # given a credential whose value is shell syntax
+    creds = {"EVIL": "x'; echo INJECTED > /workspace/pwned; echo '"}
+    # when it is used through a placeholder
+    result = execute_tool(
+        session,
+        "bash",
+        {"command": 'echo "<credential:EVIL>" | wc -c'},
+        credentials=creds,
+        network_enabled=False,
+    )
+    # then it was data: counted, not executed
+    assert result.output == f"{len(creds['EVIL']) + 1}\n"
+    assert not (ws / "pwned").exists()
+
+
+def test_unknown_placeholders_refuse_the_call(session: Session, ws: Path) -> None:
+    result = run(session, "bash", command='echo "<credential:NOPE>" > out.txt')
+    assert (result.ok, result.error_code, result.output) == (
+        False,
+        ErrorCode.INVALID_ARGS,
+        "unknown credential placeholder(s): <credential:NOPE>; only credentials granted to "
+        "this run can be used",
+    )
+    assert not (ws / "out.txt").exists()
+
+
+def test_a_closed_session_is_a_sandbox_error(ws: Path) -> None:
+    opened = get_backend("bwrap").open(SessionSpec(workspace=ws))
+    opened.close()
+    result = run(opened, "bash", command="echo hi")
+    assert (result.ok, result.error_code, result.retryable) == (
+        False,
+        ErrorCode.SANDBOX_ERROR,
+        True,
+    )
