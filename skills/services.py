@@ -27,6 +27,7 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -698,6 +699,9 @@ def skill_import_directory(
     except _types.BundleError as exc:
         raise _bundle_error(exc, f"Directory {path}") from exc
     if errors:
+        if os.path.lexists(path / "SKILL.md"):
+            # The directory is one skill: its problems are already relative to it.
+            errors = [(".", exc) for _, exc in errors]
         raise _refuse_partial(f"Directory {path}", errors)
     provenance = {"source": str(path.resolve()), "fetched_at": timezone.now().isoformat()}
     return _install_many(bundles, actor=actor, agent=agent, provenance=provenance)
