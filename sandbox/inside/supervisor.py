@@ -647,38 +647,30 @@ class Runner:
 
 
 def _start_bridge(bridge: Mapping[str, Any]) -> None:
+    """Start the egress bridge in a daemon thread and wait until it listens. (No probe
+    connection: it would reach the host proxy and show up as a bogus connection report.)"""
     module = _load_sibling("bridge")
     host = str(bridge.get("listen_host", "127.0.0.1"))
     port = int(bridge.get("listen_port", 3128))
     unix_path = str(bridge["unix_path"])
-    ready = threading.Event()
+    listening = threading.Event()
     failure: list[BaseException] = []
 
     def run() -> None:
         try:
-            ready.set()
-            module.serve_bridge(host, port, unix_path)
+            module.serve_bridge(host, port, unix_path, listening)
         except BaseException as exc:  # noqa: BLE001 - reported to the host below
             failure.append(exc)
             print(f"supervisor: egress bridge stopped: {exc!r}", file=sys.stderr, flush=True)
+        finally:
+            listening.set()
 
     thread = threading.Thread(target=run, name="egress-bridge", daemon=True)
     thread.start()
-    ready.wait()
-    # The bridge must be accepting before the first command: wait until the port answers.
-    import socket
-
-    deadline = time.monotonic() + 5.0
-    while True:
-        if failure:
-            raise RuntimeError(f"egress bridge failed to start: {failure[0]!r}")
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"egress bridge is not listening on {host}:{port}") from None
-            time.sleep(0.01)
+    if not listening.wait(5.0):
+        raise RuntimeError(f"egress bridge is not listening on {host}:{port}")
+    if failure:
+        raise RuntimeError(f"egress bridge failed to start: {failure[0]!r}")
 
 
 def _install_own_filter() -> None:
