@@ -94,6 +94,7 @@ class _Request:
 class _Tally:
     up: int = 0
     down: int = 0
+    dialled: str | None = None  # the address connected to, once there is one
 
 
 class EgressProxy:
@@ -305,9 +306,13 @@ class EgressProxy:
             finally:
                 self._release_tunnel()
             self._report(host, port, resolved, verdict, reason, tally, started)
+        except OSError:
+            # the client or upstream went away mid-exchange: an ordinary end, not a proxy fault
+            verdict = "allowed" if tally.dialled else "denied"
+            self._report(host, port, tally.dialled, verdict, "closed", tally, started)
         except Exception:  # a broken connection must never take the proxy down
             log.exception("egress connection failed (session %s)", self.session_id)
-            self._report(host, port, resolved, "denied", "closed", tally, started)
+            self._report(host, port, tally.dialled, "denied", "closed", tally, started)
         finally:
             self._untrack(client)
 
@@ -325,6 +330,7 @@ class EgressProxy:
             self._refuse(client, "connect_failed", message)
             return "denied", "connect_failed", checked.addresses[0]
         checked = replace(checked, resolved_ip=address)
+        tally.dialled = address
         if not self._track(upstream):
             upstream.close()
             return "denied", "closed", address
