@@ -1,0 +1,137 @@
+"""The sandbox image: the registry-free local build and the production Dockerfile agree.
+
+Both build paths read sandbox/image/packages.txt and run sandbox/image/finalize.sh, and both set
+the same user, working directory and PATH. The static tests parse the two recipes; the others
+check the image that build.sh actually produced on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import docker
+import pytest
+
+from sandbox.backends.docker import DEFAULT_IMAGE, SANDBOX_UID
+
+IMAGE_DIR = Path(__file__).resolve().parents[2] / "sandbox" / "image"
+BUILD_SH = IMAGE_DIR / "build.sh"
+DOCKERFILE = IMAGE_DIR / "Dockerfile"
+
+
+def packages() -> list[str]:
+    lines = (IMAGE_DIR / "packages.txt").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def build_sh_changes() -> dict[str, str]:
+    """The `docker import --change 'KEY value'` instructions of build.sh."""
+    found = re.findall(r"--change '(\w+) ([^']+)'", BUILD_SH.read_text())
+    return {key: value for key, value in found}
+
+
+def dockerfile_instructions() -> dict[str, str]:
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            key, _, value = line.strip().partition(" ")
+            found.setdefault(key, value.strip())
+    return found
+
+
+def test_both_recipes_install_the_shared_package_list_and_run_the_same_finalisation() -> None:
+    # given the two recipes
+    build_sh = BUILD_SH.read_text()
+    instructions = dockerfile_instructions()
+    # then both take the packages from packages.txt and finalise with finalize.sh
+    assert '"$here/packages.txt"' in build_sh
+    assert '--include="$packages"' in build_sh
+    assert 'chroot "$work/rootfs" /bin/sh /finalize.sh' in build_sh
+    assert (
+        instructions["COPY"] == "sandbox/image/packages.txt sandbox/image/finalize.sh /tmp/image/"
+    )
+    assert "apt-get install -y --no-install-recommends" in instructions["RUN"]
+    assert "/tmp/image/packages.txt" in instructions["RUN"]
+    assert "sh /tmp/image/finalize.sh" in instructions["RUN"]
+    # and the list holds what the code tool and the default bash allowlist need
+    assert packages() == ["python3", "curl", "jq", "ca-certificates", "coreutils", "grep"]
+
+
+def test_both_recipes_set_the_same_user_workdir_and_path() -> None:
+    # given the image settings of each recipe
+    changes = build_sh_changes()
+    instructions = dockerfile_instructions()
+    # then user, working directory and environment are identical, and the uid is the backend's
+    assert changes["USER"] == instructions["USER"] == f"{SANDBOX_UID}:{SANDBOX_UID}"
+    assert changes["WORKDIR"] == instructions["WORKDIR"] == "/workspace"
+    assert changes["ENV"] == instructions["ENV"]
+    assert changes["CMD"] == instructions["CMD"]
+    assert instructions["FROM"] == "debian:bookworm-slim"
+    assert "suite=bookworm" in BUILD_SH.read_text()
+    finalize = (IMAGE_DIR / "finalize.sh").read_text()
+    assert f"SANDBOX_UID={SANDBOX_UID}\n" in finalize
+
+
+@pytest.mark.docker
+def test_local_image_carries_the_listed_packages_and_the_sandbox_user() -> None:
+    # given the image build.sh produced
+    client = docker.from_env()
+    image = client.images.get(DEFAULT_IMAGE)
+    # when its configuration and contents are inspected
+    output = client.containers.run(
+        DEFAULT_IMAGE,
+        [
+            "sh",
+            "-c",
+            "dpkg-query -W -f '${Package} ${Status}\\n' " + " ".join(packages()) + "; "
+            "getent passwd sandbox; id -u; stat -c '%u %a' /workspace /opt/motor-cortex "
+            "/run/motor-cortex; find / -xdev -perm /6000 -type f | wc -l; ls /usr/share/doc | wc -l",
+        ],
+        network_mode="none",
+        remove=True,
+    ).decode()
+    # then every listed package is installed, the user is 10001 with no login shell, the mount
+    # points exist, nothing is setuid and the docs were stripped
+    lines = output.splitlines()
+    assert sorted(lines[: len(packages())]) == sorted(
+        f"{p} install ok installed" for p in packages()
+    )
+    assert lines[len(packages()) :] == [
+        "sandbox:x:10001:10001::/workspace:/usr/sbin/nologin",
+        "10001",
+        "10001 755",
+        "0 755",
+        "0 755",
+        "0",
+        "0",
+    ]
+    assert image.attrs["Config"]["User"] == f"{SANDBOX_UID}:{SANDBOX_UID}"
+    assert image.labels["motor-cortex.inputs"]
+
+
+@pytest.mark.docker
+def test_build_is_idempotent_when_the_inputs_are_unchanged() -> None:
+    # given the current image
+    client = docker.from_env()
+    before = client.images.get(DEFAULT_IMAGE).id
+    # when build.sh runs again
+    done = subprocess.run([str(BUILD_SH)], capture_output=True, text=True, timeout=600)
+    # then it recognises the image by its input hash and leaves it alone
+    assert done.returncode == 0, done.stderr
+    assert "is up to date" in done.stderr
+    assert client.images.get(DEFAULT_IMAGE).id == before
+
+
+def test_build_fails_loudly_without_an_engine(tmp_path: Path) -> None:
+    # given an environment whose Docker host does not exist
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    # when build.sh runs
+    done = subprocess.run([str(BUILD_SH)], capture_output=True, text=True, env=env, timeout=60)
+    # then it exits non-zero naming the problem, and built nothing
+    assert done.returncode == 1
+    assert "ERROR: no Docker engine answers" in done.stderr
+    assert not list(tmp_path.iterdir())
