@@ -96,8 +96,10 @@ _SHELL_ASSIGNED = [
         r"([A-Za-z_][A-Za-z0-9_]*)(?:\[[^\]]*\])?\+?="
     ),
     re.compile(r"(?m)\bfor\s+([A-Za-z_][A-Za-z0-9_]*)\s+in\b"),
-    re.compile(r"(?m)\bread\s+(?:-\w+\s+(?:\S+\s+)?)*([A-Za-z_][A-Za-z0-9_]*)"),
 ]
+# `read [-opts] NAME...` up to the end of the command; every bare word there counts as assigned.
+_SHELL_READ = re.compile(r"\bread\b([^;&|\n]*)")
+_BARE_WORD = re.compile(r"(?<![-\w$])([A-Za-z_][A-Za-z0-9_]*)")
 _URL = re.compile(r"(?i)\bhttps?://[^\s<>\"'`\\)\]}|^]+")
 _HOST_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)+$")
 
@@ -311,6 +313,8 @@ def _shell_segments(path: str, text: str) -> tuple[list[str], bool]:
 
 def _shell_credentials(code: str) -> set[str]:
     assigned = {m.group(1) for regex in _SHELL_ASSIGNED for m in regex.finditer(code)}
+    for command in _SHELL_READ.finditer(code):
+        assigned |= {m.group(1) for m in _BARE_WORD.finditer(command.group(1))}
     names = {m.group(1) for m in _SHELL_BRACED.finditer(code)}
     names |= {m.group(1) for m in _SHELL_PLAIN.finditer(code)}
     return {
