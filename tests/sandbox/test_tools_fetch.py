@@ -1,0 +1,225 @@
+"""`fetch` (and curl in `bash`) from a real bwrap session through the real egress proxy to the
+test upstream in its own network namespace. The proxy's connection reports show what was dialled.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from sandbox.backends.bwrap import BwrapBackend
+from sandbox.tools import execute_tool
+from sandbox.types import (
+    ConnectionReport,
+    ErrorCode,
+    NetworkPolicy,
+    Session,
+    SessionSpec,
+    ToolResult,
+)
+from tests.fixtures.upstream import FakeDNS, Upstream, upstream  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.slow
+
+SECRET = "tok-secret-999"
+CA_INSIDE = "/etc/motor-test-ca.pem"
+BASE = "https://api.allowed.test"
+
+
+@dataclass
+class Net:
+    session: Session
+    dns: FakeDNS
+    reports: list[ConnectionReport] = field(default_factory=list)
+
+    def fetch(self, **args: object) -> ToolResult:
+        return execute_tool(
+            self.session, "fetch", args, credentials={"TOKEN": SECRET}, network_enabled=True
+        )
+
+    def verdicts(self) -> list[tuple[str, str]]:
+        return [(r.host, r.verdict) for r in self.reports]
+
+
+@pytest.fixture
+def net(upstream: Upstream, tmp_path: Path) -> Iterator[Net]:  # noqa: F811
+    # evil.test resolves to the upstream too: only the allowlist keeps it out
+    dns = upstream.resolver(extra={"evil.test": upstream.ip})
+    reports: list[ConnectionReport] = []
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    session = BwrapBackend(egress_resolver=dns).open(
+        SessionSpec(
+            workspace=workspace,
+            network=NetworkPolicy(allowed_domains=("api.allowed.test", "allowed.test")),
+            readonly_mounts=[(upstream.ca_path, CA_INSIDE)],
+            environment={"SSL_CERT_FILE": CA_INSIDE},
+            on_connection=reports.append,
+        )
+    )
+    yield Net(session=session, dns=dns, reports=reports)
+    session.close()
+
+
+def test_an_allowed_host_answers(net: Net) -> None:
+    result = net.fetch(url=f"{BASE}/hello")
+    assert (result.ok, result.provenance, result.truncated) == (True, "web", False)
+    assert result.output == (
+        "HTTP 200 OK\nurl: https://api.allowed.test/hello\ncontent-length: 20\n"
+        "content-type: text/plain\n\nhello from upstream\n"
+    )
+    assert net.verdicts() == [("api.allowed.test", "allowed")]
+
+
+def test_a_host_outside_the_allowlist_is_network_blocked_before_dns(net: Net) -> None:
+    result = net.fetch(url="https://evil.test/hello")
+    assert (result.ok, result.error_code, result.retryable) == (
+        False,
+        ErrorCode.NETWORK_BLOCKED,
+        False,
+    )
+    assert (
+        result.output
+        == "evil.test is not in this run's allowed domains; use ask_user to request it"
+    )
+    assert net.verdicts() == [("evil.test", "denied")]
+    assert [host for host, _ in net.dns.calls] == []
+
+
+def test_a_redirect_to_a_forbidden_host_is_refused_at_that_hop(net: Net) -> None:
+    result = net.fetch(url=f"{BASE}/redirect?to=https://evil.test/hello")
+    assert (result.ok, result.error_code) == (False, ErrorCode.NETWORK_BLOCKED)
+    assert result.output == (
+        "redirect 1 refused: evil.test is not in this run's allowed domains; "
+        "use ask_user to request it"
+    )
+    assert net.verdicts() == [("api.allowed.test", "allowed"), ("evil.test", "denied")]
+    assert [host for host, _ in net.dns.calls] == ["api.allowed.test"]
+
+
+def test_relative_redirects_are_followed_hop_by_hop(net: Net) -> None:
+    result = net.fetch(url=f"{BASE}/redirect?to=/hello")
+    assert result.ok
+    assert result.output.splitlines()[:3] == [
+        "HTTP 200 OK",
+        "url: https://api.allowed.test/hello",
+        "redirects: 302 -> /hello",
+    ]
+    assert net.verdicts() == [("api.allowed.test", "allowed"), ("api.allowed.test", "allowed")]
+
+
+def test_more_than_five_redirects_are_refused(net: Net) -> None:
+    target = "/hello"
+    for _ in range(6):
+        target = "/redirect?to=" + urllib.parse.quote(target, safe="")
+    result = net.fetch(url=BASE + target)
+    assert (result.ok, result.error_code) == (False, ErrorCode.HTTP_ERROR)
+    assert result.output.startswith("more than 5 redirects: 302 -> /redirect?to=")
+    assert len(net.reports) == 6
+
+
+def test_bodies_are_truncated(net: Net) -> None:
+    default = net.fetch(url=f"{BASE}/big?bytes=100000")
+    small = net.fetch(url=f"{BASE}/big?bytes=100000", max_bytes=10)
+    assert (default.ok, default.truncated) == (True, True)
+    assert default.output.endswith("\n\n" + "x" * 65536 + "\n\n[body truncated at 65536 bytes]")
+    assert small.output.endswith("\n\nxxxxxxxxxx\n\n[body truncated at 10 bytes]")
+
+
+def test_http_errors_are_data(net: Net) -> None:
+    result = net.fetch(url=f"{BASE}/missing")
+    assert (result.ok, result.error_code, result.retryable, result.provenance) == (
+        False,
+        ErrorCode.HTTP_ERROR,
+        False,
+        "web",
+    )
+    assert result.output.startswith("HTTP 404 Not Found\n")
+
+
+def test_credentials_reach_the_server_but_never_the_result(net: Net) -> None:
+    # when a POST carries the token in a header and the body through placeholders
+    result = net.fetch(
+        url=f"{BASE}/echo",
+        method="POST",
+        headers={"Authorization": "Bearer <credential:TOKEN>"},
+        body="k=<credential:TOKEN>",
+    )
+    echoed = json.loads(result.output.split("\n\n", 1)[1])
+    # then the server got the real value (16 bytes = len("k=" + SECRET)), the result shows only
+    # the placeholder
+    assert ["Content-Length", str(len("k=" + SECRET))] in echoed["headers"]
+    assert ["Authorization", "Bearer <credential:TOKEN>"] in echoed["headers"]
+    assert echoed["body"] == "k=<credential:TOKEN>"
+    assert SECRET not in json.dumps(result.to_dict())
+
+
+def test_credential_headers_are_dropped_on_a_cross_origin_redirect(net: Net) -> None:
+    result = net.fetch(
+        url=f"{BASE}/redirect?to=https://allowed.test/echo",
+        headers={"Authorization": "Bearer <credential:TOKEN>", "X-Trace": "t1"},
+    )
+    echoed = json.loads(result.output.split("\n\n", 1)[1])
+    names = [name for name, _ in echoed["headers"]]
+    assert echoed["sni"] == "allowed.test"
+    assert "Authorization" not in names
+    assert ["X-Trace", "t1"] in echoed["headers"]
+
+
+def test_without_network_fetch_does_not_try(net: Net) -> None:
+    result = execute_tool(net.session, "fetch", {"url": f"{BASE}/hello"}, network_enabled=False)
+    assert (result.ok, result.error_code, result.output) == (
+        False,
+        ErrorCode.NETWORK_BLOCKED,
+        "this run has no network access; use ask_user to request a domain",
+    )
+    assert net.reports == []
+
+
+def test_invalid_urls_are_refused_without_trying(net: Net) -> None:
+    result = net.fetch(url="file:///etc/passwd")
+    assert (result.error_code, result.output) == (
+        ErrorCode.INVALID_ARGS,
+        "fetch: 'file:///etc/passwd' is not an absolute http:// or https:// URL",
+    )
+    assert net.reports == []
+
+
+def test_curl_in_bash_goes_through_the_proxy_and_is_web_data(net: Net) -> None:
+    allowed = execute_tool(
+        net.session,
+        "bash",
+        {"command": f"curl -sS {BASE}/hello"},
+        network_enabled=True,
+    )
+    denied = execute_tool(
+        net.session,
+        "bash",
+        {"command": "curl -sS https://evil.test/hello"},
+        network_enabled=True,
+    )
+    assert (allowed.ok, allowed.output, allowed.provenance) == (
+        True,
+        "hello from upstream\n",
+        "web",
+    )
+    assert (denied.ok, denied.exit_code, denied.provenance) == (False, 56, "web")
+    assert net.verdicts() == [("api.allowed.test", "allowed"), ("evil.test", "denied")]
+
+
+def test_credentials_echoed_by_curl_are_redacted(net: Net) -> None:
+    result = execute_tool(
+        net.session,
+        "bash",
+        {"command": f'curl -sS -H "Authorization: Bearer <credential:TOKEN>" {BASE}/echo'},
+        credentials={"TOKEN": SECRET},
+        network_enabled=True,
+    )
+    echoed = json.loads(result.output)
+    assert ["Authorization", "Bearer <credential:TOKEN>"] in echoed["headers"]
+    assert SECRET not in json.dumps(result.to_dict())
