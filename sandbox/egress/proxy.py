@@ -585,8 +585,13 @@ class EgressProxy:
 
 def _response(status: int, kind: str, reason: str, body: str) -> bytes:
     payload = body.encode("utf-8")
+    # The message also rides in the reason phrase: many clients drop a refused CONNECT's body and
+    # headers but quote its status line (Python's http.client: "Tunnel connection failed: 403
+    # <phrase>"), and that is how the sentence reaches the model from inside the sandbox.
+    phrase = body.strip().encode("ascii", "backslashreplace").decode("ascii")
+    phrase = "".join(ch for ch in phrase if " " <= ch <= "~")[:300]
     head = (
-        f"HTTP/1.1 {status} {_STATUS_TEXT.get(status, 'Error')}\r\n"
+        f"HTTP/1.1 {status} {phrase or _STATUS_TEXT.get(status, 'Error')}\r\n"
         f"{EGRESS_HEADER}: {kind}; reason={reason}\r\n"
         "Content-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(payload)}\r\n"

@@ -171,3 +171,15 @@ def test_the_bridge_runs_under_the_system_python(
         process.kill()
         _, stderr = process.communicate(timeout=10)
     assert b"Traceback" not in stderr
+
+
+def test_a_refused_https_tunnel_tells_the_client_why(bridge_port: int, upstream: Upstream) -> None:
+    # when a client asks for an HTTPS URL on a host outside the allowlist
+    with pytest.raises(urllib.error.URLError) as caught:
+        opener(bridge_port, upstream).open("https://evil.test/hello", timeout=10)
+
+    # then the refusal sentence reaches it through the CONNECT status line
+    assert str(caught.value.reason) == (
+        "Tunnel connection failed: 403 evil.test is not in this run's allowed domains; "
+        "use ask_user to request it"
+    )
