@@ -228,6 +228,16 @@ def _skill_md_body(text: str) -> str:
     return stripped
 
 
+def _needs_first_review(policy: Policy) -> bool:
+    """Pending content that has no stored review facts yet."""
+    version = policy.skill.current_version
+    return (
+        policy.status == PolicyStatus.PENDING_REVIEW
+        and version is not None
+        and not (policy.review_facts and policy.reviewed_hash == version.content_hash)
+    )
+
+
 def _domain_allowed(host: str, allowed: Iterable[str]) -> bool:
     """Whether a policy entry covers `host`: equal, or `*.parent` with the host below parent.
 
@@ -607,9 +617,10 @@ class PolicyAdmin(admin.ModelAdmin):
                 reject_form = outcome
             elif isinstance(outcome, RollbackForm):
                 rollback_form = outcome
-        elif can_change and policy.status == PolicyStatus.PENDING_REVIEW:
-            # Opening the page is the review: compute and store the facts (pending_review →
-            # reviewed) so that what the approver sees is what the approval refers to.
+        elif can_change and _needs_first_review(policy):
+            # Opening the page is the review of new content: compute and store the facts
+            # (pending_review → reviewed) so that what the approver sees is what the approval
+            # refers to. A rejected policy keeps its facts and stays pending until asked again.
             try:
                 services.policy_review(policy=policy.pk, actor=_actor(request))
             except SkillError as exc:

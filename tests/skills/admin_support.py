@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from django.contrib.auth.models import Permission, User
 
 from cognition.models import Agent
@@ -85,3 +86,9 @@ def import_skill(
     (result,) = skill_import_directory(path=skill_dir, actor=Actor.system("import"), agent=agent)
     assert result.policy is not None
     return result.policy
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: object) -> None:
+    """Users are created in every test; the production hasher costs seconds per user here."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # type: ignore[attr-defined]

@@ -1,0 +1,480 @@
+"""The approval console through Django's test client: permissions, write-only credentials,
+decisions and their audit rows. The browser flow is in test_admin_browser.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from skills import selectors
+from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus, Skill
+from skills.services import Actor, policy_approve, policy_review, skill_load_for_execution
+from tests.skills.admin_support import (
+    APPROVER_PERMS,
+    EDITOR_PERMS,
+    WEATHER_SKILL,
+    fast_password_hashing,  # noqa: F401 - autouse fixture
+    import_skill,
+    make_agent,
+    make_user,
+)
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "wx-live-7f3c9a51d2e84b06"  # noqa: S105 - a credential value that must never render
+
+
+def review_url(policy: Policy) -> str:
+    return reverse("admin:skills_policy_review", args=[policy.pk])
+
+
+def logged_in(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def audit_actions(policy: Policy) -> list[str]:
+    return list(
+        PolicyAuditEvent.objects.filter(policy=policy)
+        .order_by("id")
+        .values_list("action", flat=True)
+    )
+
+
+def approve_with_services(policy: Policy, approver: User) -> Policy:
+    policy_review(policy=policy.pk, actor=Actor.from_user(approver))
+    return policy_approve(policy=policy.pk, actor=Actor.from_user(approver))
+
+
+@pytest.fixture
+def approver() -> User:
+    return make_user("ann", perms=APPROVER_PERMS)
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> Policy:
+    return import_skill(tmp_path, agent=make_agent("scout"))
+
+
+def test_opening_the_review_page_reviews_and_shows_facts_before_files(
+    approver: User, policy: Policy
+) -> None:
+    # given a pending skill
+    assert policy.status == PolicyStatus.PENDING_REVIEW
+
+    # when an approver opens its review page
+    response = logged_in(approver).get(review_url(policy))
+
+    # then the review ran as that user and the facts come first, in order
+    assert response.status_code == 200
+    policy.refresh_from_db()
+    assert policy.status == PolicyStatus.REVIEWED
+    event = PolicyAuditEvent.objects.get(policy=policy, action=AuditAction.REVIEWED)
+    assert (event.actor_id, event.from_status, event.to_status) == (
+        approver.pk,
+        PolicyStatus.PENDING_REVIEW,
+        PolicyStatus.REVIEWED,
+    )
+    html = response.content.decode()
+    order = [
+        'id="suspicious-findings"',
+        'id="mismatches"',
+        'id="referenced-domains"',
+        'id="referenced-credentials"',
+        'id="file-inventory"',
+        'id="diff"',
+        'id="files"',
+        'id="decision"',
+        'id="versions"',
+        'id="audit"',
+    ]
+    positions = [html.index(marker) for marker in order]
+    assert positions == sorted(positions)
+    assert "download-and-execute" in html
+    assert "get.weather-tools.dev" in html
+    assert 'id="btn-approve"' in html
+
+
+def test_reopening_a_rejected_policy_does_not_review_it_again(
+    approver: User, policy: Policy
+) -> None:
+    # given a policy that was reviewed and then rejected
+    client = logged_in(approver)
+    client.get(review_url(policy))
+    client.post(review_url(policy), {"action": "reject", "note": "Vendor the installer."})
+    policy.refresh_from_db()
+    assert policy.status == PolicyStatus.PENDING_REVIEW
+
+    # when the page is opened again
+    response = client.get(review_url(policy))
+
+    # then it stays pending, with its facts, the note and a button to review again
+    policy.refresh_from_db()
+    assert policy.status == PolicyStatus.PENDING_REVIEW
+    assert audit_actions(policy) == [
+        AuditAction.POLICY_CREATED,
+        AuditAction.REVIEWED,
+        AuditAction.REJECTED,
+    ]
+    html = response.content.decode()
+    assert "Vendor the installer." in html
+    assert 'id="btn-review"' in html
+    assert 'id="btn-approve"' not in html
+
+
+def test_reject_without_a_note_is_refused_and_changes_nothing(
+    approver: User, policy: Policy
+) -> None:
+    # given a reviewed policy
+    client = logged_in(approver)
+    client.get(review_url(policy))
+
+    # when it is rejected with a blank note
+    response = client.post(review_url(policy), {"action": "reject", "note": "   "})
+
+    # then the page says why and nothing happened
+    assert response.status_code == 200
+    assert "Not rejected: a rejection needs a note." in response.content.decode()
+    policy.refresh_from_db()
+    assert (policy.status, policy.rejection_note) == (PolicyStatus.REVIEWED, "")
+    assert audit_actions(policy) == [AuditAction.POLICY_CREATED, AuditAction.REVIEWED]
+
+
+def test_staff_without_approve_permission_sees_no_approve_button_and_a_forged_post_is_refused(
+    policy: Policy,
+) -> None:
+    # given a staff user who may edit policies but not approve them, on a reviewed policy
+    editor = make_user("ed", perms=EDITOR_PERMS)
+    client = logged_in(editor)
+    page = client.get(review_url(policy)).content.decode()
+    policy.refresh_from_db()
+    assert policy.status == PolicyStatus.REVIEWED
+    assert 'id="btn-approve"' not in page
+    assert 'id="no-approve-permission"' in page
+    before = audit_actions(policy)
+
+    # when the user posts an approval anyway, with a domain edit
+    response = client.post(
+        review_url(policy), {"action": "approve", "allowed_domains": "api.open-meteo.com"}
+    )
+
+    # then the service refuses it and neither the approval nor the edit happened
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Not approved: admin:ed may not approve skill policies" in html
+    assert "skills.approve_policy" in html
+    policy.refresh_from_db()
+    assert policy.status == PolicyStatus.REVIEWED
+    assert policy.allowed_domains == []
+    assert policy.approved_by is None
+    assert audit_actions(policy) == before
+
+
+def test_view_only_staff_can_read_the_review_but_not_review_or_post(policy: Policy) -> None:
+    # given a staff user with view permission only
+    viewer = make_user("vic", perms=["skills.view_policy"])
+    client = logged_in(viewer)
+
+    # when the user opens the page and then forges a save
+    page = client.get(review_url(policy))
+    forged = client.post(review_url(policy), {"action": "save", "allowed_domains": "evil.test"})
+
+    # then the page renders read-only, nothing is reviewed, and the POST is forbidden
+    assert page.status_code == 200
+    assert 'id="policy-form"' not in page.content.decode()
+    assert forged.status_code == 403
+    policy.refresh_from_db()
+    assert (policy.status, policy.allowed_domains) == (PolicyStatus.PENDING_REVIEW, [])
+    assert audit_actions(policy) == [AuditAction.POLICY_CREATED]
+
+
+def test_credential_values_are_write_only_and_never_rendered(
+    approver: User, policy: Policy
+) -> None:
+    # given a reviewed policy that declares WEATHER_TOKEN
+    client = logged_in(approver)
+    client.get(review_url(policy))
+    client.post(review_url(policy), {"action": "save", "required_credentials": "WEATHER_TOKEN"})
+    page = client.get(review_url(policy)).content.decode()
+    assert 'name="credential_value__WEATHER_TOKEN"' in page
+    assert "not set" in page
+
+    # when a value is typed into the password field and saved
+    response = client.post(
+        review_url(policy),
+        {
+            "action": "save",
+            "required_credentials": "WEATHER_TOKEN",
+            "credential_value__WEATHER_TOKEN": SECRET,
+        },
+        follow=True,
+    )
+
+    # then it is stored encrypted and every console page shows "[set]", never the value
+    assert "Policy saved; the status is unchanged." in response.content.decode()
+    policy.refresh_from_db()
+    assert policy.status == PolicyStatus.REVIEWED
+    assert selectors.policy_credential_values(policy=policy) == {"WEATHER_TOKEN": SECRET}
+    assert SECRET not in policy.credential_values
+    pages = {
+        "review": client.get(review_url(policy)),
+        "policy list": client.get(reverse("admin:skills_policy_changelist")),
+        "audit list": client.get(reverse("admin:skills_policyauditevent_changelist")),
+    }
+    update = PolicyAuditEvent.objects.filter(
+        policy=policy, action=AuditAction.POLICY_UPDATED
+    ).latest("id")
+    pages["audit row"] = client.get(
+        reverse("admin:skills_policyauditevent_change", args=[update.pk])
+    )
+    for name, page_response in pages.items():
+        html = page_response.content.decode()
+        assert page_response.status_code == 200, name
+        assert SECRET not in html, name
+        if name != "audit list":  # the list has no changes column
+            assert "[set]" in html, name
+    assert update.changes == {"credential_values": {"set": {"WEATHER_TOKEN": "[set]"}}}
+
+    # when the clear box is ticked
+    client.post(
+        review_url(policy),
+        {
+            "action": "save",
+            "required_credentials": "WEATHER_TOKEN",
+            "credential_clear__WEATHER_TOKEN": "on",
+        },
+    )
+
+    # then the value is gone
+    policy.refresh_from_db()
+    assert selectors.policy_credential_values(policy=policy) == {}
+
+
+def test_an_invalid_domain_is_refused_with_the_reason_and_nothing_changes(
+    approver: User, policy: Policy
+) -> None:
+    # given a reviewed policy
+    client = logged_in(approver)
+    client.get(review_url(policy))
+    before = audit_actions(policy)
+
+    # when a domain that is not a host name is saved
+    response = client.post(
+        review_url(policy), {"action": "save", "allowed_domains": "api.open-meteo.com\nnot a host!"}
+    )
+
+    # then the service's message is shown with the submitted text kept, and nothing changed
+    html = response.content.decode()
+    assert "The policy was not saved:" in html
+    assert "not a host!" in html
+    policy.refresh_from_db()
+    assert policy.allowed_domains == []
+    assert audit_actions(policy) == before
+
+
+def test_reapprove_a_policy_that_needs_reapproval(approver: User, policy: Policy) -> None:
+    # given the skill approved for one agent and loaded by a second agent (onboarding)
+    approve_with_services(policy, approver)
+    second = make_agent("ranger")
+    skill_load_for_execution(name="weather-report", agent=second)
+    other = Policy.objects.get(skill=policy.skill, agent=second)
+    assert other.status == PolicyStatus.NEEDS_REAPPROVAL
+    client = logged_in(approver)
+
+    # when the approver opens it, the status is kept and Re-approve is offered
+    page = client.get(review_url(other)).content.decode()
+    other.refresh_from_db()
+    assert other.status == PolicyStatus.NEEDS_REAPPROVAL
+    assert 'id="btn-reapprove"' in page
+    assert 'id="btn-approve"' not in page
+
+    # and when it is re-approved
+    response = client.post(review_url(other), {"action": "reapprove"}, follow=True)
+
+    # then it is approved by that user
+    assert "Re-approved weather-report for ranger" in response.content.decode()
+    other.refresh_from_db()
+    assert (other.status, other.approved_by_id) == (PolicyStatus.APPROVED, approver.pk)
+    event = PolicyAuditEvent.objects.get(policy=other, action=AuditAction.APPROVED)
+    assert (event.from_status, event.to_status) == (
+        PolicyStatus.NEEDS_REAPPROVAL,
+        PolicyStatus.APPROVED,
+    )
+
+
+def test_new_content_shows_the_diff_and_rollback_lands_where_the_service_decides(
+    approver: User, tmp_path: Path
+) -> None:
+    # given v1 approved, then v2 imported with a new domain and a changed script
+    agent = make_agent("scout")
+    policy = import_skill(tmp_path / "one", agent=agent)
+    approve_with_services(policy, approver)
+    changed = dict(WEATHER_SKILL)
+    changed["scripts/forecast.py"] = WEATHER_SKILL["scripts/forecast.py"] + (
+        'EXTRA = "https://api.weather-extra.io/v2/alerts"\n'
+    )
+    import_skill(tmp_path / "two", agent=agent, files=changed)
+    policy.refresh_from_db()
+    assert policy.status == PolicyStatus.PENDING_REVIEW
+    client = logged_in(approver)
+
+    # when the review page is opened
+    html = client.get(review_url(policy)).content.decode()
+
+    # then the capability and file diff against v1 are shown
+    assert "Compared with v1" in html
+    assert "now also references api.weather-extra.io" in html
+    assert "changed scripts/forecast.py" in html
+    assert (
+        '<span class="mc-diff-add">+EXTRA = &quot;https://api.weather-extra.io/v2/alerts&quot;'
+        in html
+    )
+
+    # when rolled back to v1, which this agent approved before
+    skill = Skill.objects.get(name="weather-report")
+    v1 = skill.versions.get(number=1)
+    response = client.post(
+        review_url(policy), {"action": "rollback", "version": v1.pk}, follow=True
+    )
+
+    # then it is approved again, and rolling forward to v2 (never approved) lands pending
+    assert "Rolled back to v1; status: Approved." in response.content.decode()
+    policy.refresh_from_db()
+    skill.refresh_from_db()
+    assert (policy.status, skill.current_version_id) == (PolicyStatus.APPROVED, v1.pk)
+    v2 = skill.versions.get(number=2)
+    client.post(review_url(policy), {"action": "rollback", "version": v2.pk})
+    policy.refresh_from_db()
+    assert policy.status == PolicyStatus.PENDING_REVIEW
+
+
+def test_delete_asks_for_confirmation_and_goes_through_the_service(
+    approver: User, policy: Policy
+) -> None:
+    # given a skill with a policy
+    client = logged_in(approver)
+    delete_url = reverse("admin:skills_skill_delete", args=[policy.skill_id])
+
+    # when the delete page is opened, it asks first (and is not blocked by read-only children)
+    confirm = client.get(delete_url)
+    assert confirm.status_code == 200
+    assert "Are you sure you want to delete the skill" in confirm.content.decode()
+    assert Skill.objects.filter(pk=policy.skill_id).exists()
+
+    # and when the user confirms
+    client.post(delete_url, {"post": "yes"})
+
+    # then the skill, its versions and policies are gone and the audit trail says who did it
+    assert not Skill.objects.filter(name="weather-report").exists()
+    assert not Policy.objects.exists()
+    event = PolicyAuditEvent.objects.get(action=AuditAction.SKILL_DELETED)
+    assert (event.skill_name, event.actor_id, event.reason) == (
+        "weather-report",
+        approver.pk,
+        "deleted in the admin",
+    )
+
+
+def test_status_versions_files_and_audit_rows_cannot_be_edited_in_the_admin(
+    policy: Policy,
+) -> None:
+    # given a superuser (every model permission)
+    root = make_user("root", superuser=True)
+    client = logged_in(root)
+    event = PolicyAuditEvent.objects.filter(policy=policy).first()
+    version = policy.skill.current_version
+
+    # when the add/change/delete pages of the history models are requested or posted to
+    responses = {
+        "audit add": client.get(reverse("admin:skills_policyauditevent_add")),
+        "audit change": client.post(
+            reverse("admin:skills_policyauditevent_change", args=[event.pk]), {"reason": "x"}
+        ),
+        "audit delete": client.post(
+            reverse("admin:skills_policyauditevent_delete", args=[event.pk]), {"post": "yes"}
+        ),
+        "version add": client.get(reverse("admin:skills_skillversion_add")),
+        "version change": client.post(
+            reverse("admin:skills_skillversion_change", args=[version.pk]), {"number": "9"}
+        ),
+        "version delete": client.post(
+            reverse("admin:skills_skillversion_delete", args=[version.pk]), {"post": "yes"}
+        ),
+        "policy add": client.get(reverse("admin:skills_policy_add")),
+        "policy delete": client.post(
+            reverse("admin:skills_policy_delete", args=[policy.pk]), {"post": "yes"}
+        ),
+        "skill add": client.get(reverse("admin:skills_skill_add")),
+    }
+
+    # then every one is forbidden, and nothing changed
+    assert {name: r.status_code for name, r in responses.items()} == {
+        name: 403 for name in responses
+    }
+    assert PolicyAuditEvent.objects.get(pk=event.pk).reason == event.reason
+    assert Policy.objects.filter(pk=policy.pk).exists()
+    # the policy's change page is the review page, whose form has no status field
+    change = client.get(reverse("admin:skills_policy_change", args=[policy.pk]))
+    assert (change.status_code, change["Location"]) == (302, review_url(policy))
+    page = client.get(review_url(policy)).content.decode()
+    assert 'name="status"' not in page
+    assert 'name="approved_by"' not in page
+    assert 'name="approved_content_hash"' not in page
+    # and Django's bulk delete (which would bypass the service) is not offered
+    changelist = client.get(reverse("admin:skills_skill_changelist")).content.decode()
+    assert 'value="delete_selected"' not in changelist
+    assert 'value="delete_skills"' in changelist
+
+
+def test_skill_markdown_is_rendered_with_its_raw_html_escaped(
+    approver: User, policy: Policy
+) -> None:
+    # when the review page renders SKILL.md
+    html = logged_in(approver).get(review_url(policy)).content.decode()
+
+    # then the markdown is rendered, and the file's <script> is text, not markup
+    assert "<h1>Weather report</h1>" in html
+    assert "&lt;script&gt;alert(&#x27;raw html in a skill&#x27;)&lt;/script&gt;" in html
+    assert "<script>alert('raw html in a skill')" not in html
+
+
+def test_policy_list_shows_badges_and_filters_by_status(
+    approver: User, policy: Policy, tmp_path: Path
+) -> None:
+    # given one reviewed and one pending policy
+    other = import_skill(tmp_path / "b", agent=make_agent("ranger"), name="weather-report")
+    client = logged_in(approver)
+    client.get(review_url(policy))
+    other.refresh_from_db()
+
+    # when the list is filtered by status
+    url = reverse("admin:skills_policy_changelist")
+    everything = client.get(url).content.decode()
+    reviewed_only = client.get(url, {"status__exact": "reviewed"}).content.decode()
+
+    # then badges show each status, and the filter keeps only the reviewed one
+    assert '<span class="mc-badge mc-badge--reviewed">Reviewed</span>' in everything
+    assert '<span class="mc-badge mc-badge--pending_review">Pending review</span>' in everything
+    assert reviewed_only.count('class="mc-badge mc-badge--') == 1
+    assert "mc-badge--reviewed" in reviewed_only
+
+
+def test_raw_file_download_is_an_attachment(approver: User, policy: Policy) -> None:
+    # given a file of the current version
+    file = selectors.version_files(version=policy.skill.current_version).get(path="SKILL.md")
+
+    # when it is downloaded from the console
+    response = logged_in(approver).get(
+        reverse("admin:skills_policy_raw_file", args=[policy.pk, file.pk])
+    )
+
+    # then it comes as an attachment the browser will not render
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/octet-stream"
+    assert response["Content-Disposition"] == 'attachment; filename="SKILL.md"'
+    assert response.content == bytes(file.data)
