@@ -15,6 +15,7 @@ import redis
 from django.conf import settings
 
 from runs.errors import MotorBusy
+from runs.models import TERMINAL_STATUSES, MotorRun
 
 logger = logging.getLogger(__name__)
 
@@ -54,18 +55,16 @@ def mutex_key(agent_id: int) -> str:
     return f"motor:mutex:agent:{agent_id}"
 
 
-def _run_is_finished(run_id: str) -> bool:
-    """True when the holder's row exists and is terminal (a stale key left by a crash)."""
-    from runs.models import TERMINAL_STATUSES, MotorRun
-
-    status = MotorRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
-    return status in TERMINAL_STATUSES
+def _holder_status(run_id: str) -> str | None:
+    """The committed status of the run a key names; None while (or if) it has no row."""
+    return MotorRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
 
 
 def mutex_reserve(*, agent_id: int, run_id: str) -> bool:
     """Reserve the agent for `run_id` on the fast path, or raise MotorBusy naming the holder.
 
-    Returns False when Redis is unreachable: the caller then relies on the database alone.
+    Returns False when the fast path cannot decide (Redis unreachable, or the holder's run not
+    committed yet): the caller's insert then lets the database decide alone.
     """
     key = mutex_key(agent_id)
     client = redis_client()
@@ -79,7 +78,12 @@ def mutex_reserve(*, agent_id: int, run_id: str) -> bool:
             holder_id = holder.decode()
             if holder_id == run_id:
                 return True
-            if _run_is_finished(holder_id):
+            status = _holder_status(holder_id)
+            if status is None:
+                # The holder's row is not committed yet (or never will be): only the database
+                # can tell, so let the caller's insert ask it rather than name a phantom run.
+                return False
+            if status in TERMINAL_STATUSES:
                 # A terminal run whose release never happened (crash after commit).
                 client.eval(_RELEASE, 1, key, holder_id)
                 continue

@@ -1,0 +1,79 @@
+"""Model roles, client configuration and the two scripted providers through the real client."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from runs.llm import ModelRole, llm_chat, llm_client, model_for_role
+from tests.fixtures.llm import reply_text, reply_tools, tool_call
+
+
+@pytest.mark.parametrize(
+    ("fast", "smart", "motor", "expected"),
+    [
+        ("", "", "", {"fast": "base", "smart": "base", "motor": "base"}),
+        ("f", "", "", {"fast": "f", "smart": "base", "motor": "f"}),
+        ("f", "s", "m", {"fast": "f", "smart": "s", "motor": "m"}),
+        ("", "s", "m", {"fast": "base", "smart": "s", "motor": "m"}),
+    ],
+)
+def test_roles_fall_back_motor_to_fast_to_default(settings, fast, smart, motor, expected):
+    settings.LLM_DEFAULT_MODEL = "base"
+    settings.LLM_FAST_MODEL, settings.LLM_SMART_MODEL, settings.LLM_MOTOR_MODEL = fast, smart, motor
+    assert {role.value: model_for_role(role) for role in ModelRole} == expected
+
+
+def test_client_takes_url_key_timeout_and_retries_from_settings(settings):
+    settings.LLM_BASE_URL = "http://llm.internal:8080/v1"
+    settings.LLM_API_KEY = "k-123"
+    settings.LLM_TIMEOUT_SECONDS = 42.0
+    settings.LLM_MAX_RETRIES = 5
+    client = llm_client()
+    assert str(client.base_url) == "http://llm.internal:8080/v1/"
+    assert client.api_key == "k-123"
+    assert client.max_retries == 5
+    assert (client.timeout.read, client.timeout.connect) == (42.0, 10.0)
+
+
+def test_transient_errors_are_retried_by_the_client(settings, scripted_llm):
+    # given an endpoint that fails once with 503 and then answers
+    settings.LLM_MOTOR_MODEL = "m"
+    seen: list[int] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(1)
+        if len(seen) == 1:
+            return httpx.Response(503, json={"error": {"message": "busy"}})
+        return httpx.Response(200, json=reply_text("fine"))
+
+    client = openai.OpenAI(
+        base_url="http://llm.test/v1",
+        api_key="t",
+        max_retries=2,
+        http_client=httpx.Client(transport=httpx.MockTransport(handle)),
+    )
+    # when one chat call is made, then it succeeds on the second request
+    assert llm_chat(client=client, messages=[{"role": "user", "content": "x"}]).content == "fine"
+    assert len(seen) == 2
+
+
+def test_stub_server_plays_a_script_over_http_through_the_real_client(settings, llm_stub_server):
+    # given a stub server with a tool call then a text answer
+    settings.LLM_BASE_URL = llm_stub_server.base_url
+    settings.LLM_MOTOR_MODEL = "motor-x"
+    llm_stub_server.add(
+        reply_tools(tool_call("read", {"path": "a"}, call_id="c9")), reply_text("ok")
+    )
+    client = llm_client()
+    # when two calls are made
+    first = llm_chat(client=client, messages=[{"role": "user", "content": "go"}])
+    second = llm_chat(client=client, messages=[{"role": "user", "content": "again"}])
+    # then the replies are the script, and the requests were recorded with the motor model
+    assert [(c.id, c.name, c.arguments) for c in first.tool_calls] == [
+        ("c9", "read", '{"path": "a"}')
+    ]
+    assert (second.content, second.tool_calls) == ("ok", ())
+    assert [r["model"] for r in llm_stub_server.requests] == ["motor-x", "motor-x"]
+    assert llm_stub_server.requests[1]["messages"] == [{"role": "user", "content": "again"}]
