@@ -1,4 +1,4 @@
-"""File tools (read, write, edit, list, glob, grep) run inside a real bwrap session.
+"""File tools (read, write, edit, list, glob, grep) run inside real bwrap and Docker sessions.
 
 Confinement is shown on the host's bytes and inside the sandbox, not only by refusal messages.
 """
@@ -20,12 +20,13 @@ from sandbox.types import ErrorCode, ExecRequest, Session, SessionSpec, ToolResu
 OpenSession = Callable[[Path], Session]
 
 
-@pytest.fixture
-def open_session() -> Iterator[OpenSession]:
+@pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def open_session(request: pytest.FixtureRequest) -> Iterator[OpenSession]:
+    """Sessions on each isolating backend; the file tools must behave the same on both."""
     sessions: list[Session] = []
 
     def factory(workspace: Path) -> Session:
-        session = get_backend("bwrap").open(SessionSpec(workspace=workspace))
+        session = get_backend(str(request.param)).open(SessionSpec(workspace=workspace))
         sessions.append(session)
         return session
 
