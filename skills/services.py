@@ -794,12 +794,14 @@ def skills_extract_from_workspace(
         try:
             # The workspace root is named after the run, not the skill: only subdirectories
             # must match the skill's name.
-            bundle = _build.bundle_from_files(
-                current, dir_name=None if at_root else skill_dir.name, limits=limits
+            bundle = _filesystem.bundle_from_directory(
+                skill_dir, limits=limits, check_dir_name=not at_root
             )
         except _types.BundleError as exc:
             result["failed"].append({"name": label, "reason": _bundle_error(exc, label).message})
             continue
+        # Diff again on exactly the bytes being installed (the directory was read twice).
+        diff = _workspace.diff_against_baseline(bundle.file_map(), baseline, prefix=prefix)
         extracted_from = {
             "run_id": str(run_id),
             "timestamp": timestamp,
