@@ -673,6 +673,9 @@ class BwrapBackend:
             "--unshare-user",
             "--disable-userns",
             "--die-with-parent",
+            # the supervisor itself is PID 1: non-dumpable (so no command can open its
+            # /proc/1/mem or environ) and immune to signals sent from inside the namespace
+            "--as-pid-1",
             "--new-session",
             "--clearenv",
             "--uid",

@@ -406,9 +406,37 @@ def _live_foreign_pids(protected: set[int], uid: int) -> list[int]:
     return found
 
 
-def sweep_processes() -> bool:
-    """SIGKILL every process this uid may signal except this one, init and our ancestors, and
-    wait (bounded) until none is left. True when the namespace is clean."""
+def _own_children() -> list[int]:
+    children: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return children
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as fh:
+                children.extend(int(p) for p in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return children
+
+
+def reap_orphans(keep: int | None = None) -> None:
+    """Reap exited children other than `keep`. As the namespace's PID 1 the supervisor inherits
+    every orphan, and a zombie nobody reaps would hold a process slot (RLIMIT_NPROC) forever."""
+    for pid in _own_children():
+        if pid == keep:
+            continue
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            continue
+
+
+def sweep_processes(keep: int | None = None) -> bool:
+    """SIGKILL every process this uid may signal except this one, init and our ancestors, reap
+    them (all but `keep`, whose status the caller collects) and wait, bounded, until none is left.
+    True when the namespace is clean."""
     protected = _protected_pids()
     uid = os.getuid()
     deadline = time.monotonic() + SWEEP_GRACE_S
@@ -421,6 +449,7 @@ def sweep_processes() -> bool:
                 os.kill(-1, signal.SIGKILL)
             except OSError:
                 pass
+        reap_orphans(keep)
         leftovers = _live_foreign_pids(protected, uid)
         if not leftovers:
             return True
@@ -547,7 +576,7 @@ class Runner:
             except OSError:
                 pass
             if self.config.sweep:
-                sweep_processes()
+                sweep_processes(keep=proc.pid)
 
         while open_outputs or not exited:
             now = time.monotonic()
@@ -573,7 +602,7 @@ class Runner:
                 # Whatever the command left behind dies now, which also closes every copy of
                 # its output pipes so the reads below reach EOF.
                 if self.config.sweep:
-                    sweep_processes()
+                    sweep_processes(keep=proc.pid)
                 else:
                     try:
                         os.killpg(proc.pid, signal.SIGKILL)
@@ -622,6 +651,7 @@ class Runner:
         proc.stdout.close()
         proc.stderr.close()
         returncode = proc.wait()
+        reap_orphans()
         if self.config.workspace_bytes and not quota_hit and self._over_quota():
             quota_hit = True
         duration_ms = int((time.monotonic() - started) * 1000)

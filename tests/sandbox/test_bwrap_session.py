@@ -19,7 +19,7 @@ from sandbox.backends import get_backend
 from sandbox.backends.bwrap import BwrapBackend, BwrapSession
 from sandbox.session import SessionRegistry, open_session
 from sandbox.types import ExecRequest, Limits, SandboxError, SessionSpec
-from tests.sandbox.conftest import SandboxFactory
+from tests.sandbox.conftest import SandboxFactory, py, py_json
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -390,3 +390,91 @@ def test_supervisor_refuses_to_run_as_root() -> None:
 def test_backend_rejects_a_malformed_uid_range() -> None:
     with pytest.raises(SandboxError, match="MOTOR_SANDBOX_UID_RANGE"):
         BwrapBackend(uid_range="lots")
+
+
+def test_supervisor_is_pid_1_unreadable_and_unkillable_from_inside(
+    open_sandbox: SandboxFactory,
+) -> None:
+    # given a session (the supervisor is the namespace's PID 1 and the command's parent)
+    session = open_sandbox()
+    # when a command tries to read the supervisor's memory, environment and fds, and to kill it
+    outcome = py_json(
+        session,
+        """
+        import json, os, signal
+        out = {"ppid": os.getppid()}
+        for name in ("mem", "environ", "fd/0"):
+            try:
+                open(f"/proc/1/{name}", "rb").read(1)
+                out[name] = "read"
+            except OSError as exc:
+                out[name] = type(exc).__name__
+        out["seccomp"] = [l for l in open("/proc/1/status") if l.startswith("Seccomp:")][0].split()[1]
+        os.kill(1, signal.SIGKILL)
+        print(json.dumps(out))
+        """,
+    )
+    # then all of it fails, the supervisor runs under its own seccomp filter, and it survives
+    assert outcome == {
+        "ppid": 1,
+        "mem": "PermissionError",
+        "environ": "PermissionError",
+        "fd/0": "PermissionError",
+        "seccomp": "2",
+    }
+    assert session.exec(ExecRequest(argv=["echo", "alive"])).stdout == b"alive\n"
+
+
+def test_threads_work_under_the_filter(open_sandbox: SandboxFactory) -> None:
+    # clone3 is answered with ENOSYS so libc falls back to clone, whose flags the filter checks
+    session = open_sandbox()
+    result = py_json(
+        session,
+        """
+        import json, threading
+        out = []
+        threads = [threading.Thread(target=out.append, args=(i,)) for i in range(4)]
+        [t.start() for t in threads]
+        [t.join() for t in threads]
+        print(json.dumps(sorted(out)))
+        """,
+    )
+    assert result == [0, 1, 2, 3]
+
+
+def test_foreign_abi_syscall_kills_the_process(open_sandbox: SandboxFactory) -> None:
+    # given the x32 ABI bit on an x86_64 syscall number (the filter's numbers would not apply)
+    import platform
+
+    assert platform.machine() == "x86_64", "this check is written for x86_64 hosts"
+    session = open_sandbox()
+    result = py(
+        session,
+        """
+        import ctypes
+        ctypes.CDLL(None).syscall(0x40000000 | 39)  # x32 getpid
+        print("survived")
+        """,
+    )
+    assert result.signal == signal.SIGSYS
+    assert result.stdout == b""
+
+
+def test_a_dead_supervisor_fails_the_call_and_closes_the_session(
+    open_sandbox: SandboxFactory,
+) -> None:
+    # given a session whose bwrap process gets killed from the host while a call runs
+    session = open_sandbox()
+    assert isinstance(session, BwrapSession)
+    uid = session.host_uid
+    import threading
+
+    killer = threading.Timer(0.5, lambda: os.kill(session._proc.pid, signal.SIGKILL))
+    killer.start()
+    # when the call waits for its result
+    with pytest.raises(SandboxError, match="supervisor"):
+        session.exec(ExecRequest(argv=["sleep", "30"], timeout_s=60))
+    killer.join()
+    # then the session is closed and nothing of it is left
+    assert session.closed is True
+    assert wait_until(lambda: live_processes_of(uid) == [])

@@ -1,0 +1,59 @@
+"""The seccomp program builder (unit level; the filter's effect is tested from inside sandboxes)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from sandbox.inside import seccomp
+
+
+def decode(program: bytes) -> list[tuple[int, int, int, int]]:
+    return [struct.unpack("=HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_filter_checks_the_architecture_first(arch: str) -> None:
+    insns = decode(seccomp.build_filter(arch=arch))
+    audit_arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[arch]
+    # ld [arch]; jeq AUDIT_ARCH -> continue, else jump to the final KILL_PROCESS
+    assert insns[0] == (0x20, 0, 0, 4)
+    assert insns[1][0] == 0x15 and insns[1][3] == audit_arch and insns[1][1] == 0
+    kill_index = 1 + 1 + insns[1][2]
+    assert insns[kill_index] == (0x06, 0, 0, 0x80000000)
+    assert kill_index == len(insns) - 1
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_every_denied_syscall_jumps_to_eperm(arch: str) -> None:
+    insns = decode(seccomp.build_filter(arch=arch))
+    table = seccomp.syscall_numbers(arch)
+    eperm = (0x06, 0, 0, 0x00050000 | 1)
+    denied = {table[name] for name in seccomp.DENIED_SYSCALLS if name in table}
+    targets = {}
+    for index, (code, jt, _jf, k) in enumerate(insns[3:], start=3):
+        if code == 0x15 and k in denied and index + 1 + jt < len(insns):
+            targets[k] = insns[index + 1 + jt]
+    assert set(targets) == denied
+    assert set(targets.values()) == {eperm}
+
+
+def test_unix_sockets_are_refused_only_in_the_command_profile() -> None:
+    strict = decode(seccomp.build_filter(arch="x86_64"))
+    relaxed = decode(seccomp.build_filter(arch="x86_64", allow_unix_sockets=True))
+
+    def domains(insns: list[tuple[int, int, int, int]]) -> set[int]:
+        # the socket-domain checks follow the last load of argument 0
+        start = max(i for i, insn in enumerate(insns) if insn == (0x20, 0, 0, 16))
+        return {k for code, _jt, _jf, k in insns[start + 1 :] if code == 0x15}
+
+    domain_checks = domains(strict)
+    relaxed_checks = domains(relaxed)
+    assert domain_checks == {1, 16, 17, 40}
+    assert relaxed_checks == {16, 17, 40}
+
+
+def test_unknown_architecture_is_refused() -> None:
+    with pytest.raises(seccomp.SeccompUnavailable, match="riscv64"):
+        seccomp.build_filter(arch="riscv64")
