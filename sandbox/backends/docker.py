@@ -1,15 +1,26 @@
-"""The `docker` sandbox backend: one hardened container per session, one `docker exec` per call.
+"""The `docker` sandbox backend: one hardened container per session, a resident supervisor in it.
 
 The container runs as uid 10001 with every capability dropped, no-new-privileges, Docker's default
-seccomp profile, a read-only root, a size-capped /tmp, pids/memory/CPU limits, `network_mode=none`
-and a tiny init. The workspace is bind-mounted read-write at /workspace, the in-sandbox scripts
-(`sandbox/inside/`) read-only at /opt/motor-cortex. When the session's policy allows network, a
-host-side egress proxy listens on a unix socket in a per-session runtime directory that is
-bind-mounted at /run/motor-cortex, and the container's main process is the bridge that turns that
-socket into 127.0.0.1:3128 for HTTP(S)_PROXY. The Docker socket is never mounted.
+seccomp profile, a read-only root, a size-capped noexec /tmp, pids/memory/CPU limits and
+`network_mode=none`. The workspace is bind-mounted read-write at /workspace, the in-sandbox
+scripts (`sandbox/inside/`, the one source of truth: nothing of them is baked into the image)
+read-only at /opt/motor-cortex. The Docker socket is never mounted.
+
+Calls: the container's main process is the supervisor's resident `serve` mode (under a small
+non-dumpable PID 1 that reaps orphans). The backend keeps the container's attach socket and
+speaks the supervisor's frame protocol over it, so every call gets the same per-call rlimits,
+seccomp filter, timeout, process-tree kill, output cap and workspace quota as under bwrap, at a
+warm cost of a few milliseconds; a `docker exec` per call costs ~50 ms of engine round trips.
+When this process dies the attach socket closes, the supervisor reads EOF and the container
+stops.
+
+Network: when the session's policy allows any domain, a host-side `EgressProxy` listens on a unix
+socket in a per-session runtime directory bind-mounted (read-only) at /run/motor-cortex, and the
+supervisor runs the bridge that exposes it as 127.0.0.1:3128 for HTTP(S)_PROXY/ALL_PROXY.
 
 Every container carries labels naming its session and its owner (host name, pid and the pid's
-start time), so `sweep_orphans()` can remove the containers of owners that died without closing.
+start time), so `sweep_orphans()` (run when a backend is created) removes the containers and
+runtime dirs of owners that died without closing.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import select
 import shutil
 import socket
@@ -82,6 +94,8 @@ _NPROC_CEILING = 1 << 16
 _START_TIMEOUT_S = 15.0
 _SUPERVISOR_GRACE_S = 10.0  # beyond a call's own timeout, before the supervisor counts as hung
 _READ_CHUNK = 64 * 1024
+_RUNTIME_PREFIX = "mc-docker-"
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +165,16 @@ def sweep_orphans(client: Any | None = None) -> list[str]:
             continue
         if owner.host != here or _owner_alive(owner):
             continue
-        with contextlib.suppress(NotFound):
+        try:
             container.remove(force=True)
-        runtime_dir = labels.get(LABEL_RUNTIME_DIR, "")
-        if runtime_dir:
+        except NotFound:
+            pass
+        except DockerException as exc:
+            log.error("docker backend: cannot remove orphaned sandbox %s: %s", container.id, exc)
+            continue
+        runtime_dir = Path(labels.get(LABEL_RUNTIME_DIR) or "/nonexistent")
+        # only ever delete a directory this backend created (the label is data, not authority)
+        if runtime_dir.name.startswith(_RUNTIME_PREFIX) and runtime_dir.is_dir():
             shutil.rmtree(runtime_dir, ignore_errors=True)
         removed.append(labels.get(LABEL_SESSION, container.id))
         log.warning("docker backend: removed orphaned sandbox %s", labels.get(LABEL_SESSION))
@@ -168,12 +188,12 @@ def _prepare_workspace(workspace: Path) -> Path:
     resolved = workspace.resolve()
     if os.geteuid() == 0:
         # the sandbox runs as uid 10001 without any capability, so it can only write what that
-        # uid owns; lchown never follows a symlink the workspace might contain
-        for root, dirs, files in os.walk(resolved):
+        # uid owns. The walk is relative to directory fds and never follows a symlink, so an
+        # entry swapped for a link mid-walk cannot redirect a chown outside the workspace.
+        for _root, dirs, files, dirfd in os.fwalk(resolved, follow_symlinks=False):
             for name in (*dirs, *files):
-                path = os.path.join(root, name)
-                if os.lstat(path).st_uid != SANDBOX_UID:
-                    os.lchown(path, SANDBOX_UID, SANDBOX_UID)
+                if os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_uid != SANDBOX_UID:
+                    os.chown(name, SANDBOX_UID, SANDBOX_UID, dir_fd=dirfd, follow_symlinks=False)
         if resolved.stat().st_uid != SANDBOX_UID:
             os.chown(resolved, SANDBOX_UID, SANDBOX_UID)
     elif resolved.stat().st_uid != SANDBOX_UID and (resolved.stat().st_mode & 0o002) == 0:
@@ -503,6 +523,12 @@ class DockerBackend:
         from docker.errors import DockerException, ImageNotFound
 
         session_id = spec.session_id or uuid.uuid4().hex[:16]
+        if not _SESSION_ID.fullmatch(session_id):
+            # it becomes part of a container name and of a host directory name
+            raise ValueError(
+                f"session_id {session_id!r} must be 1-64 characters of letters, digits, '_', "
+                "'.' or '-', starting with a letter or digit"
+            )
         workspace = _prepare_workspace(spec.workspace)
         if not self.inside_dir.is_dir():
             raise SandboxError(f"docker backend: in-sandbox scripts missing at {self.inside_dir}")
@@ -644,7 +670,7 @@ class DockerBackend:
 
     def _start_proxy(self, session_id: str, spec: SessionSpec) -> tuple[Path, EgressProxy]:
         runtime_dir = Path(
-            tempfile.mkdtemp(prefix=f"mc-docker-{session_id}-", dir=self.runtime_root)
+            tempfile.mkdtemp(prefix=f"{_RUNTIME_PREFIX}{session_id}-", dir=self.runtime_root)
         )
         try:
             # the sandbox uid must traverse the directory to reach the socket; nobody else needs it

@@ -392,3 +392,14 @@ def test_missing_workspace_is_a_sandbox_error(
     # then nothing was started and nothing was created on the host
     assert {c.id for c in engine.containers.list(all=True)} == before
     assert not (tmp_path / "absent").exists()
+
+
+def test_unsafe_session_id_is_refused_before_anything_starts(
+    backend: DockerBackend, engine: docker.DockerClient, tmp_path: Path
+) -> None:
+    before = {c.id for c in engine.containers.list(all=True)}
+    # when a session id that would escape a directory name is given
+    with pytest.raises(ValueError, match="session_id '../x' must be"):
+        backend.open(SessionSpec(workspace=tmp_path, session_id="../x"))
+    # then no container was created
+    assert {c.id for c in engine.containers.list(all=True)} == before
