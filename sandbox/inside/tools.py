@@ -766,7 +766,11 @@ def op_bash(request: dict[str, Any]) -> int:
         isinstance(n, str) and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._+-]*", n) for n in allowlist
     ):
         raise ToolError("invalid_args", "allowlist must be a list of plain command names")
-    bin_dir = tempfile.mkdtemp(prefix="motor-bin-")
+    try:
+        bin_dir = tempfile.mkdtemp(prefix="motor-bin-")
+    except OSError as exc:
+        sys.stderr.write(f"cannot prepare the command directory in /tmp: {exc.strerror}\n")
+        return 126
     try:
         for name in allowlist:
             for directory in BIN_DIRS:

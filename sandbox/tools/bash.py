@@ -276,7 +276,16 @@ class _Walker:
             for part in node.parts:
                 self.visit(part)
             return
-        if kind in ("operator", "pipe", "reservedword", "word", "parameter", "tilde"):
+        if kind == "parameter":
+            value = str(node.value)
+            if not (_NAME.fullmatch(value) or value in _SPECIAL_PARAMS):
+                raise BashRefused(
+                    "parameter-expansion",
+                    self.raw(node),
+                    f"`{self.raw(node)}`: only $NAME and ${{NAME}} parameter expansions are allowed",
+                )
+            return
+        if kind in ("operator", "pipe", "reservedword", "word", "tilde"):
             for part in getattr(node, "parts", None) or ():
                 self.visit(part)
             return
@@ -426,6 +435,11 @@ def _scan(text: str, *, heredoc: bool) -> None:
         ch = text[i]
         if ch == "\\":
             i += 2
+            continue
+        if not heredoc and not in_double and ch == "#" and (i == 0 or text[i - 1] in " \t\n;&|()"):
+            # a comment runs to the end of the line; its quotes must not desynchronise the scan
+            newline = text.find("\n", i)
+            i = n if newline < 0 else newline
             continue
         if not heredoc and not in_double and ch == "'":
             close = text.find("'", i + 1)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandbox.tools.bash import DEFAULT_BASH_ALLOWLIST
 from sandbox.types import Provenance
 
 #: bytes of output the LLM sees at most, per tool
@@ -249,9 +250,24 @@ def expand_tools(names: Iterable[str]) -> tuple[str, ...]:
     return tuple(name for name in TOOL_NAMES if name in requested)
 
 
-def tool_schemas(names: Iterable[str]) -> list[dict[str, Any]]:
-    """OpenAI function-calling schemas of the granted tools (aliases expanded) only."""
-    return [TOOLS[name].schema() for name in expand_tools(names)]
+def tool_schemas(
+    names: Iterable[str], *, bash_allowlist: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """OpenAI function-calling schemas of the granted tools (aliases expanded) only.
+
+    With `bash_allowlist` (a skill's own list), the bash description names that list instead of
+    the default one, so the model is told what it may actually use.
+    """
+    schemas = [TOOLS[name].schema() for name in expand_tools(names)]
+    if bash_allowlist is not None:
+        for schema in schemas:
+            function = schema["function"]
+            if function["name"] == "bash":
+                function["description"] = function["description"].replace(
+                    "(by default: " + ", ".join(DEFAULT_BASH_ALLOWLIST) + ")",
+                    "(in this run: " + ", ".join(bash_allowlist) + ")",
+                )
+    return schemas
 
 
 def is_idempotent(

@@ -30,6 +30,8 @@ ALLOWED = [
     ("for f in a b; do echo $f; done", ("echo",)),
     ("if grep -q x a.txt; then echo yes; fi", ("grep", "echo")),
     ("date +%Y-%m-%d", ("date",)),
+    ("echo ok # don't worry, $(this) is a comment", ("echo",)),
+    ("echo a#b", ("echo",)),
 ]
 
 
@@ -98,6 +100,9 @@ REFUSED = [
     ("echo x > ~/f", "redirection", "~/f"),
     ("echo ${X@P}", "parameter-expansion", "${X@P}"),
     ("echo ${X:-$HOME}", "parameter-expansion", "${X:-$HOME}"),
+    ("echo a # it's\necho ${X@P}", "parameter-expansion", "${X@P}"),
+    ("echo a # it's\necho $(id)", "command-substitution", "$(id)"),
+    ("echo a#$(id)", "command-substitution", "$(id)"),
     ("echo $((1 + 2))", "parse", ""),
     ("case x in x) echo;; esac", "parse", ""),
     ("[[ -f a ]] && echo", "parse", ""),

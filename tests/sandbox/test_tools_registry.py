@@ -89,3 +89,16 @@ def test_static_idempotent_flags_are_conservative() -> None:
         "grep": True,
         "fetch": False,
     }
+
+
+def test_a_skill_allowlist_is_named_in_the_bash_description() -> None:
+    # given a skill with its own shell allowlist
+    (default,) = tool_schemas(["bash"])
+    (custom,) = tool_schemas(["bash"], bash_allowlist=["ls", "sort"])
+    # then the model is told exactly which commands it has
+    assert (
+        "(by default: curl, jq, grep, sort, uniq, wc, head, tail, cat, echo, date)"
+        in (default["function"]["description"])
+    )
+    assert "(in this run: ls, sort)" in custom["function"]["description"]
+    assert "by default" not in custom["function"]["description"]
