@@ -43,7 +43,7 @@ import struct
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -72,6 +72,7 @@ class _Collected:
     files: dict[str, bytes] = field(default_factory=dict)
     oversize: dict[str, int] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
+    dirs: set[str] = field(default_factory=set)
     skipped: list[tuple[str, PathKind]] = field(default_factory=list)
     entries: int = 0
     unpacked: int = 0
@@ -122,21 +123,39 @@ class _Collected:
         if problems:
             self.problems.extend(problems)
             return None
-        self.names.append(norm + ("/" if is_dir else ""))
+        if is_dir:
+            self.dirs.add(norm)  # repeated directory entries are harmless; only files count
+        else:
+            self.names.append(norm)
         return norm
 
-    def read_file(self, norm: str, declared: int, opener: Callable[[], IO[bytes]]) -> None:
+    def name_problems(self) -> list[Problem]:
+        """Duplicate files, and names used both as a file and as a directory."""
+        problems = duplicate_problems(self.names)
+        problems += [
+            Problem(name, "path-conflict", "is both a file and a directory entry")
+            for name in sorted(set(self.names) & self.dirs)
+        ]
+        return problems
+
+    def wants(self, norm: str, declared: int) -> bool:
+        """Whether an entry's data should be unpacked (records why not when it should not)."""
         kind = classify(norm)
         if kind == "denied":
             self.skipped.append((norm, kind))
-            return
-        limit = self.limits.max_file_bytes
-        if declared > limit:
-            self.oversize[norm] = declared
-            return
+            return False
+        if declared > self.limits.max_file_bytes:
+            self.oversize[norm] = declared  # refused per skill later, never unpacked
+            return False
+        return True
+
+    def read_stream(self, norm: str, declared: int, handle: IO[bytes] | None) -> None:
+        """Unpack one entry in chunks, enforcing its declared size and the archive caps."""
+        if handle is None:
+            raise _Stop
         chunks = []
         got = 0
-        with opener() as handle:
+        with handle:
             while True:
                 chunk = handle.read(_CHUNK)
                 if not chunk:
@@ -169,7 +188,7 @@ def _zip_declared_entries(data: bytes) -> int | None:
         return None
     (total,) = struct.unpack("<H", data[pos + 10 : pos + 12])
     if total != 0xFFFF:
-        return total
+        return int(total)
     locator = pos - 20  # the ZIP64 locator sits right before the classic record
     if locator < 0 or data[locator : locator + 4] != _ZIP64_LOCATOR:
         return None
@@ -242,7 +261,8 @@ def _collect_zip(data: bytes, c: _Collected) -> None:
             raise _Stop
         for norm, info in wanted:
             try:
-                c.read_file(norm, info.file_size, lambda info=info: archive.open(info))
+                if c.wants(norm, info.file_size):
+                    c.read_stream(norm, info.file_size, archive.open(info))
             except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, OSError) as exc:
                 c.problems.append(Problem(norm, "archive-corrupt", f"cannot be unpacked ({exc})"))
                 raise _Stop from None
@@ -289,13 +309,15 @@ def _tar_members(archive: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
 
 
 def _collect_tar(data: bytes, c: _Collected, compression: str | None) -> None:
-    raw: IO[bytes] = io.BytesIO(data)
+    raw: IO[bytes]
     if compression == "gz":
-        raw = gzip.GzipFile(fileobj=raw, mode="rb")
+        raw = gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb")  # type: ignore[assignment]
     elif compression == "bz2":
-        raw = bz2.BZ2File(raw)
+        raw = bz2.BZ2File(io.BytesIO(data))
     elif compression == "xz":
-        raw = lzma.LZMAFile(raw)
+        raw = lzma.LZMAFile(io.BytesIO(data))
+    else:
+        raw = io.BytesIO(data)
     stream = io.BufferedReader(_CappedStream(raw, c), buffer_size=_CHUNK)
     try:
         with tarfile.open(fileobj=stream, mode="r|") as archive:
@@ -321,7 +343,8 @@ def _collect_tar(data: bytes, c: _Collected, compression: str | None) -> None:
                 elif not c.problems:
                     # Once the archive is refused, keep walking headers (to report every bad
                     # entry) but stop unpacking data.
-                    c.read_file(norm, member.size, lambda m=member: archive.extractfile(m))  # type: ignore[arg-type, return-value]
+                    if c.wants(norm, member.size):
+                        c.read_stream(norm, member.size, archive.extractfile(member))
     except _Stop:
         raise
     except (tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, ValueError) as exc:
@@ -402,7 +425,7 @@ def bundles_from_archive(
             _collect_tar(data, collected, fmt[1])
     except _Stop:
         pass
-    collected.problems.extend(duplicate_problems(collected.names))
+    collected.problems.extend(collected.name_problems())
     if collected.problems:
         raise BundleError(_dedupe(collected.problems))
 

@@ -204,4 +204,7 @@ def bundle_from_files(
 
 def bundle_from_pasted(text: str, *, limits: BundleLimits = BundleLimits()) -> Bundle:
     """Scenario 6: a SKILL.md pasted as text becomes a one-file skill (no directory to match)."""
-    return bundle_from_files({SKILL_MD: text.encode("utf-8")}, dir_name=None, limits=limits)
+    # surrogatepass: text holding lone surrogates becomes bytes that fail SKILL.md decoding, so
+    # it is refused as a BundleError (skill-md-encoding) instead of escaping as UnicodeError.
+    data = text.encode("utf-8", errors="surrogatepass")
+    return bundle_from_files({SKILL_MD: data}, dir_name=None, limits=limits)

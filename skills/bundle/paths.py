@@ -35,13 +35,18 @@ DENIED_DIRS = frozenset(
 )
 DENIED_SUFFIXES = (".log",)
 
-BIDI_CHARS = frozenset(chr(c) for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)])
+# Embeddings/overrides (U+202A-202E), isolates (U+2066-2069) and the invisible direction marks
+# (U+200E, U+200F, U+061C), which reorder or disguise how a name displays.
+BIDI_CHARS = frozenset(
+    chr(c) for c in [*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C]
+)
 ZERO_WIDTH_CHARS = frozenset({"\u200b", "\u200c", "\u200d", "\ufeff", "\u2060"})
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 
 def _has_control(text: str) -> bool:
-    return any(unicodedata.category(ch) == "Cc" for ch in text)
+    # Cc = C0/C1 controls (newline, NUL, ESC...); Zl/Zp = line and paragraph separators.
+    return any(unicodedata.category(ch) in ("Cc", "Zl", "Zp") for ch in text)
 
 
 def check_path(raw: str) -> tuple[str, list[Problem]]:
@@ -79,8 +84,8 @@ def check_path(raw: str) -> tuple[str, list[Problem]]:
     if any(ch in BIDI_CHARS for ch in raw):
         refuse(
             "path-bidi",
-            "bidirectional override characters (U+202A-202E, U+2066-2069) are not allowed "
-            "in file names",
+            "bidirectional control characters (U+202A-202E, U+2066-2069, U+200E, U+200F, "
+            "U+061C) are not allowed in file names",
         )
     if any(ch in ZERO_WIDTH_CHARS for ch in raw):
         refuse(
@@ -96,7 +101,7 @@ def _printable(raw: str) -> str:
     out = []
     for ch in raw:
         if (
-            unicodedata.category(ch) == "Cc"
+            unicodedata.category(ch) in ("Cc", "Zl", "Zp")
             or ch in BIDI_CHARS
             or ch in ZERO_WIDTH_CHARS
             or 0xD800 <= ord(ch) <= 0xDFFF

@@ -110,93 +110,81 @@ _MAX_DIFF_CHARS = 200_000
 # -- suspicious patterns ------------------------------------------------------------------------
 
 
+# Every check below is linear in the size of the text: a keyword is found first, then a short
+# anchored pattern is searched after it on the same line (or the next three), and runs of
+# base64 characters are measured as maximal runs. A hostile 1 MB file cannot make it slow.
+
+
 @dataclass(frozen=True)
-class _Pattern:
+class _LineRule:
+    """A finding for a line where ``trigger`` matches and ``then`` matches after it."""
+
     rule: str
     severity: Severity
     label: str
-    regex: re.Pattern[str]
+    trigger: re.Pattern[str]
+    then: re.Pattern[str] | None = None
+    lookahead_lines: int = 0  # also search ``then`` on this many following lines
 
 
-_FETCH = r"\b(?:curl|wget)\b"
-_SUSPICIOUS: list[_Pattern] = [
-    _Pattern(
-        "download-and-execute",
-        "danger",
-        "downloads code and runs it",
-        re.compile(
-            _FETCH + r"[^\n]*?\|\s*(?:sudo\s+(?:-\S+\s+)*)?"
-            r"(?:(?:ba|z|da|k|fi)?sh|python[0-9.]*|perl|ruby|node|php)\b"
-        ),
+_FETCH = re.compile(r"\b(?:curl|wget)\b")
+_PIPE_TO_INTERPRETER = re.compile(
+    r"\|\s*(?:sudo\s+(?:-\S+\s+)*)?(?:(?:ba|z|da|k|fi)?sh|python[0-9.]*|perl|ruby|node|php)\b"
+)
+_CHMOD_EXEC = re.compile(r"\bchmod\s+(?:-\w+\s+)*(?:[ugoa]*\+[rwxXst]*x|0?[0-7]*[1357][0-7]*\b)")
+_THEN_RUN = re.compile(r"&&\s*(?:sudo\s+)?(?:\./|(?:ba|z)?sh\s)")
+
+_LINE_RULES: list[_LineRule] = [
+    _LineRule(
+        "download-and-execute", "danger", "downloads code and runs it", _FETCH,
+        _PIPE_TO_INTERPRETER,
     ),
-    _Pattern(
-        "download-and-execute",
-        "danger",
-        "downloads code and runs it",
+    _LineRule(
+        "download-and-execute", "danger", "downloads code and runs it",
         re.compile(
             r"\b(?:(?:ba|z)?sh|eval|source|\.)\s+(?:-c\s+)?[\"']?(?:\$\(|<\()\s*(?:curl|wget)\b"
         ),
     ),
-    _Pattern(
-        "download-and-execute",
-        "danger",
-        "downloads a file and makes it executable",
-        re.compile(
-            _FETCH + r"[^\n]*(?:\n[^\n]*){0,3}?\bchmod\s+(?:-\w+\s+)*"
-            r"(?:[ugoa]*\+[rwxXst]*x|0?[0-7]*[1357][0-7]*\b)"
-        ),
+    _LineRule(
+        "download-and-execute", "danger", "downloads a file and makes it executable", _FETCH,
+        _CHMOD_EXEC, lookahead_lines=3,
     ),
-    _Pattern(
-        "download-and-execute",
-        "danger",
-        "downloads a file and runs it",
-        re.compile(_FETCH + r"[^\n]*&&\s*(?:sudo\s+)?(?:\./|(?:ba|z)?sh\s)"),
+    _LineRule("download-and-execute", "danger", "downloads a file and runs it", _FETCH, _THEN_RUN),
+    _LineRule(
+        "password-protected-archive", "warning", "unpacks a password-protected archive",
+        re.compile(r"\bunzip\b"), re.compile(r"\s-P\s*\S"),
     ),
-    _Pattern(
-        "base64-blob",
-        "warning",
-        "long base64-like blob (may hide a payload)",
-        re.compile(r"[A-Za-z0-9+/_-]{200,}={0,2}"),
+    _LineRule(
+        "password-protected-archive", "warning", "unpacks a password-protected archive",
+        re.compile(r"\b7za?\b"), re.compile(r"\s-p\S"),
     ),
-    _Pattern(
-        "password-protected-archive",
-        "warning",
-        "unpacks or creates a password-protected archive",
-        re.compile(
-            r"\bunzip\b[^\n]*\s-P\s*\S"
-            r"|\b7za?\b[^\n]*\s-p\S"
-            r"|\bzip\b[^\n]*\s(?:-P\s*\S|-e\b|--encrypt\b|--password\b)"
-        ),
+    _LineRule(
+        "password-protected-archive", "warning", "creates a password-protected archive",
+        re.compile(r"\bzip\b"), re.compile(r"\s(?:-P\s*\S|-e\b|--encrypt\b|--password\b)"),
     ),
-    _Pattern(
-        "hide-from-user",
-        "danger",
-        "tells the reader to hide something from the user",
+    _LineRule(
+        "hide-from-user", "danger", "tells the reader to hide something from the user",
         re.compile(
             r"(?i)\b(?:do\s*n['\u2019]?t|do\s+not|never)\s+(?:tell|inform|notify|show|alert|"
             r"let)\s+(?:the\s+)?user\b"
             r"|\bwithout\s+(?:telling|informing|notifying|asking|alerting)\s+(?:the\s+)?user\b"
             r"|\bwithout\s+the\s+user(?:['\u2019]s)?\s+(?:knowing|knowledge|noticing|consent)"
-            r"|\b(?:hide|conceal)\s+(?:this|it|that|these|them|everything)?\s*from\s+"
+            r"|\b(?:hide|conceal)\s+(?:(?:this|it|that|these|them|everything)\s+)?from\s+"
             r"(?:the\s+)?user\b"
             r"|\bkeep\s+(?:this|it|that)\s+(?:a\s+)?(?:secret|hidden)\s+from\s+(?:the\s+)?user\b"
             r"|\bdo\s*n['\u2019]?t\s+mention\s+(?:this|it|that)\b"
         ),
     ),
-    _Pattern(
-        "override-instructions",
-        "danger",
-        "tries to override earlier instructions",
+    _LineRule(
+        "override-instructions", "danger", "tries to override earlier instructions",
         re.compile(
             r"(?i)\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+)?(?:of\s+)?"
             r"(?:the\s+|your\s+)?(?:previous|prior|above|earlier|preceding|system|original)\s+"
             r"(?:instructions|prompts?|rules|messages|directions)\b"
         ),
     ),
-    _Pattern(
-        "disable-safety",
-        "danger",
-        "tells the reader to disable a safety mechanism",
+    _LineRule(
+        "disable-safety", "danger", "tells the reader to disable a safety mechanism",
         re.compile(
             r"(?i)\b(?:disable|bypass|escape|turn\s+off|circumvent|get\s+around|break\s+out\s+of|"
             r"switch\s+off|evade)\s+(?:the\s+|any\s+|all\s+|your\s+)?(?:sandbox(?:ing)?|safety|"
@@ -205,7 +193,10 @@ _SUSPICIOUS: list[_Pattern] = [
             r"|--dangerously-skip-permissions\b|\bsetenforce\s+0\b|\biptables\s+-F\b"
         ),
     ),
-]
+]  # fmt: skip
+
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
+_MIN_BASE64_CHARS = 200
 
 
 def _snippet(text: str) -> str:
@@ -221,36 +212,72 @@ def _line_of(text: str, index: int) -> int:
     return text.count("\n", 0, index) + 1
 
 
+def _line_hits(lines: list[str]) -> list[tuple[int, str, Severity, str, str]]:
+    """(line number, rule, severity, label, shown text) for every line rule that fires."""
+    hits = []
+    for number, line in enumerate(lines, start=1):
+        for rule in _LINE_RULES:
+            trigger = rule.trigger.search(line)
+            if trigger is None:
+                continue
+            if rule.then is None:
+                hits.append((number, rule.rule, rule.severity, rule.label, trigger.group(0)))
+                continue
+            found = rule.then.search(line, trigger.end())
+            shown = line[trigger.start() :]
+            extra = 1
+            while (
+                found is None and extra <= rule.lookahead_lines and number - 1 + extra < len(lines)
+            ):
+                following = lines[number - 1 + extra]
+                found = rule.then.search(following)
+                shown = f"{line[trigger.start() :]} ... {following}"
+                extra += 1
+            if found is not None:
+                hits.append((number, rule.rule, rule.severity, rule.label, shown))
+    return hits
+
+
 def _suspicious_in_text(path: str, text: str) -> list[Finding]:
     findings: list[Finding] = []
     counts: dict[str, int] = {}
-    for pattern in _SUSPICIOUS:
-        for match in pattern.regex.finditer(text):
-            counts[pattern.rule] = counts.get(pattern.rule, 0) + 1
-            if counts[pattern.rule] > _MAX_FINDINGS_PER_RULE_PER_FILE:
-                continue
-            shown = match.group(0)
-            if pattern.rule == "base64-blob":
-                shown = f"{len(shown)} characters: {shown[:24]}"
-            findings.append(
-                Finding(
-                    path,
-                    pattern.rule,
-                    f"line {_line_of(text, match.start())}: {pattern.label}: {_snippet(shown)}",
-                    pattern.severity,
-                )
+    severities: dict[str, Severity] = {}
+    seen: set[tuple[int, str]] = set()
+    lines = text.split("\n")
+
+    def add(number: int, rule: str, severity: Severity, message: str) -> None:
+        if (number, rule) in seen:
+            return
+        seen.add((number, rule))
+        counts[rule] = counts.get(rule, 0) + 1
+        severities[rule] = severity
+        if counts[rule] <= _MAX_FINDINGS_PER_RULE_PER_FILE:
+            findings.append(Finding(path, rule, f"line {number}: {message}", severity))
+
+    for number, rule, severity, label, shown in _line_hits(lines):
+        add(number, rule, severity, f"{label}: {_snippet(shown)}")
+    for match in _BASE64_RUN.finditer(text):
+        run = match.group(0)
+        if len(run) >= _MIN_BASE64_CHARS:
+            add(
+                _line_of(text, match.start()),
+                "base64-blob",
+                "warning",
+                f"long base64-like blob (may hide a payload): {len(run)} characters: "
+                f"{_snippet(run[:24])}",
             )
     for rule, count in counts.items():
         extra = count - _MAX_FINDINGS_PER_RULE_PER_FILE
         if extra > 0:
-            severity = next(p.severity for p in _SUSPICIOUS if p.rule == rule)
-            findings.append(Finding(path, rule, f"{extra} more like this in the file", severity))
+            findings.append(
+                Finding(path, rule, f"{extra} more like this in the file", severities[rule])
+            )
     if any(ch in BIDI_CHARS for ch in text):
         findings.append(
             Finding(
                 path,
                 "hidden-characters",
-                "contains bidirectional override characters that can make text read "
+                "contains bidirectional control characters that can make text read "
                 "differently from how it displays",
                 "warning",
             )

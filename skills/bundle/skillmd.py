@@ -44,7 +44,7 @@ MAX_FRONTMATTER_NODES = 10_000
 _FENCE = re.compile(r"^---[ \t]*$")
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _UniqueKeyLoader(yaml.SafeLoader):  # type: ignore[misc]
     """SafeLoader that refuses a mapping with the same key twice."""
 
 
@@ -60,7 +60,8 @@ def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) 
         if duplicate:
             raise _DuplicateKey(str(key), key_node.start_mark.line + 1)
         seen.add(key)
-    return loader.construct_mapping(node, deep=True)
+    mapping: dict[Any, Any] = loader.construct_mapping(node, deep=True)
+    return mapping
 
 
 _UniqueKeyLoader.add_constructor(

@@ -174,13 +174,20 @@ def test_symlink_in_a_zip_is_refused():
 
 def test_duplicate_entries_are_refused_in_zip_and_tar():
     zipped = make_zip(
-        [("d/SKILL.md", skill_md("d")), ("d/scripts/a.sh", b"1"), ("d/scripts/a.sh", b"2")]
+        [
+            ("demo/SKILL.md", skill_md("demo")),
+            ("demo/scripts/a.sh", b"1"),
+            ("demo/scripts/a.sh", b"2"),
+        ]
     )
     tarred = make_tar(
-        [tar_entry("d/SKILL.md", skill_md("d")), tar_entry("d/SKILL.md", skill_md("other"))]
+        [
+            tar_entry("demo/SKILL.md", skill_md("demo")),
+            tar_entry("demo/SKILL.md", skill_md("other")),
+        ]
     )
-    assert archive_problems(zipped, "x.zip") == [("d/scripts/a.sh", "duplicate-path")]
-    assert archive_problems(tarred, "x.tgz") == [("d/SKILL.md", "duplicate-path")]
+    assert archive_problems(zipped, "x.zip") == [("demo/scripts/a.sh", "duplicate-path")]
+    assert archive_problems(tarred, "x.tgz") == [("demo/SKILL.md", "duplicate-path")]
 
 
 def zip_of_empty_files(count: int) -> bytes:
@@ -235,8 +242,8 @@ def test_zip_whose_end_record_understates_its_entries_is_still_refused():
 
 
 def test_tar_with_too_many_entries_stops_while_streaming():
-    entries = [tar_entry("d/SKILL.md", skill_md("d"))]
-    entries += [tar_entry(f"d/references/{i}.md", b"") for i in range(50)]
+    entries = [tar_entry("demo/SKILL.md", skill_md("demo"))]
+    entries += [tar_entry(f"demo/references/{i}.md", b"") for i in range(50)]
     assert archive_problems(make_tar(entries), "x.tgz", max_archive_entries=20) == [
         ("x.tgz", "archive-too-many-entries")
     ]
@@ -244,7 +251,9 @@ def test_tar_with_too_many_entries_stops_while_streaming():
 
 def test_zip_bomb_of_50_mb_zeros_is_refused():
     # given 50 MB of zeros deflated to about 50 KB
-    data = make_zip([("d/SKILL.md", skill_md("d")), ("d/assets/zeros.bin", b"\0" * 50_000_000)])
+    data = make_zip(
+        [("demo/SKILL.md", skill_md("demo")), ("demo/assets/zeros.bin", b"\0" * 50_000_000)]
+    )
     assert len(data) < 100_000
 
     # when / then: refused from the declared sizes, before any of it is unpacked
@@ -256,11 +265,11 @@ def test_zip_bomb_of_50_mb_zeros_is_refused():
 
 def test_tar_gz_bomb_is_stopped_while_decompressing():
     # given a gzip stream of 50 MB of zeros inside a tar (no upfront size to check)
-    member = tarfile.TarInfo("d/assets/zeros.bin")
+    member = tarfile.TarInfo("demo/assets/zeros.bin")
     member.size = 50_000_000
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as archive:
-        archive.addfile(tarfile.TarInfo("d/SKILL.md"), io.BytesIO(b""))
+        archive.addfile(tarfile.TarInfo("demo/SKILL.md"), io.BytesIO(b""))
         archive.addfile(member, io.BytesIO(b"\0" * member.size))
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb") as gz:
@@ -274,8 +283,8 @@ def test_tar_gz_bomb_is_stopped_while_decompressing():
 def test_many_small_files_over_the_total_are_stopped_while_reading():
     # given 12 files of 900 KB (each allowed) of random-ish data: 10.8 MB in total
     chunk = bytes(range(256)) * 3516
-    entries = [tar_entry("d/SKILL.md", skill_md("d"))]
-    entries += [tar_entry(f"d/assets/{i}.bin", chunk) for i in range(12)]
+    entries = [tar_entry("demo/SKILL.md", skill_md("demo"))]
+    entries += [tar_entry(f"demo/assets/{i}.bin", chunk) for i in range(12)]
     assert archive_problems(make_tar(entries, mode="w"), "big.tar") == [
         ("big.tar", "archive-too-large")
     ]
@@ -293,9 +302,9 @@ def mark_encrypted(data: bytes, name: bytes) -> bytes:
 
 
 def test_password_protected_zip_entry_is_refused():
-    data = make_zip([("d/SKILL.md", skill_md("d")), ("d/assets/secret.bin", b"xx")])
-    data = mark_encrypted(data, b"d/assets/secret.bin")
-    assert archive_problems(data, "x.zip") == [("d/assets/secret.bin", "archive-encrypted")]
+    data = make_zip([("demo/SKILL.md", skill_md("demo")), ("demo/assets/secret.bin", b"xx")])
+    data = mark_encrypted(data, b"demo/assets/secret.bin")
+    assert archive_problems(data, "x.zip") == [("demo/assets/secret.bin", "archive-encrypted")]
 
 
 def test_unknown_or_corrupt_archives_are_refused():
@@ -326,3 +335,18 @@ def test_oversized_file_in_an_archive_refuses_only_its_skill():
         ("first", [("SKILL.md", "name-dir-mismatch")]),
         ("second", [("references/big.md", "file-too-large")]),
     ]
+
+
+def test_repeated_directory_entries_are_harmless_but_file_and_directory_clash():
+    repeated = make_zip([("dd/", b""), ("dd/", b""), ("dd/SKILL.md", skill_md("dd"))])
+    [bundle], errors = bundles_from_archive(repeated, filename="ok.zip")
+    assert (bundle.name, errors) == ("dd", [])
+
+    clash = make_tar(
+        [
+            tar_entry("dd/SKILL.md", skill_md("dd")),
+            tar_entry("dd/scripts", b"file"),
+            tar_entry("dd/scripts", kind=tarfile.DIRTYPE),
+        ]
+    )
+    assert archive_problems(clash, "x.tgz") == [("dd/scripts", "path-conflict")]
