@@ -7,8 +7,10 @@ check the image that build.sh actually produced on this machine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -70,10 +72,42 @@ def test_both_recipes_set_the_same_user_workdir_and_path() -> None:
     assert changes["WORKDIR"] == instructions["WORKDIR"] == "/workspace"
     assert changes["ENV"] == instructions["ENV"]
     assert changes["CMD"] == instructions["CMD"]
-    assert instructions["FROM"] == "debian:bookworm-slim"
+    assert instructions["ARG"] == "BASE_IMAGE=debian:bookworm-slim"
+    assert instructions["FROM"] == "${BASE_IMAGE}"
     assert "suite=bookworm" in BUILD_SH.read_text()
     finalize = (IMAGE_DIR / "finalize.sh").read_text()
     assert f"SANDBOX_UID={SANDBOX_UID}\n" in finalize
+
+
+def image_facts(client: docker.DockerClient, image: str) -> list[str]:
+    """What an image holds, seen from inside: package states, the sandbox user, the uid it runs
+    as, owner and mode of the mount points, setuid/setgid files, leftover docs."""
+    output = client.containers.run(
+        image,
+        [
+            "sh",
+            "-c",
+            "dpkg-query -W -f '${Package} ${Status}\\n' " + " ".join(packages()) + " | sort; "
+            "getent passwd sandbox; id -u; pwd; stat -c '%u %a' /workspace /opt/motor-cortex "
+            "/run/motor-cortex; find / -xdev -perm /6000 -type f | wc -l; ls /usr/share/doc | wc -l",
+        ],
+        network_mode="none",
+        remove=True,
+    )
+    return bytes(output).decode().splitlines()
+
+
+EXPECTED_FACTS = [
+    *sorted(f"{p} install ok installed" for p in packages()),
+    "sandbox:x:10001:10001::/workspace:/usr/sbin/nologin",
+    "10001",
+    "/workspace",
+    "10001 755",
+    "0 755",
+    "0 755",
+    "0",
+    "0",
+]
 
 
 @pytest.mark.docker
@@ -82,35 +116,45 @@ def test_local_image_carries_the_listed_packages_and_the_sandbox_user() -> None:
     client = docker.from_env()
     image = client.images.get(DEFAULT_IMAGE)
     # when its configuration and contents are inspected
-    output = client.containers.run(
-        DEFAULT_IMAGE,
-        [
-            "sh",
-            "-c",
-            "dpkg-query -W -f '${Package} ${Status}\\n' " + " ".join(packages()) + "; "
-            "getent passwd sandbox; id -u; stat -c '%u %a' /workspace /opt/motor-cortex "
-            "/run/motor-cortex; find / -xdev -perm /6000 -type f | wc -l; ls /usr/share/doc | wc -l",
-        ],
-        network_mode="none",
-        remove=True,
-    ).decode()
+    facts = image_facts(client, DEFAULT_IMAGE)
     # then every listed package is installed, the user is 10001 with no login shell, the mount
     # points exist, nothing is setuid and the docs were stripped
-    lines = output.splitlines()
-    assert sorted(lines[: len(packages())]) == sorted(
-        f"{p} install ok installed" for p in packages()
-    )
-    assert lines[len(packages()) :] == [
-        "sandbox:x:10001:10001::/workspace:/usr/sbin/nologin",
-        "10001",
-        "10001 755",
-        "0 755",
-        "0 755",
-        "0",
-        "0",
-    ]
+    assert facts == EXPECTED_FACTS
     assert image.attrs["Config"]["User"] == f"{SANDBOX_UID}:{SANDBOX_UID}"
     assert image.labels["motor-cortex.inputs"]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_production_dockerfile_builds_an_equivalent_image(tmp_path: Path) -> None:
+    # given a Debian bookworm base available without a registry (the local image, back to root:
+    # its apt lists are stripped, so the Dockerfile's own apt-get update/install really runs)
+    client = docker.from_env()
+    tag = f"motor-cortex-dockerfile-test:{os.getpid()}"
+    base = f"motor-cortex-dockerfile-base:{os.getpid()}"
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "Dockerfile").write_text(f"FROM {DEFAULT_IMAGE}\nUSER 0\n")
+    context = tmp_path / "context"
+    (context / "sandbox" / "image").mkdir(parents=True)
+    for name in ("Dockerfile", "packages.txt", "finalize.sh"):
+        shutil.copy(IMAGE_DIR / name, context / "sandbox" / "image" / name)
+    try:
+        client.images.build(path=str(tmp_path / "base"), tag=base, rm=True)
+        # when the production Dockerfile is built on it, as docker compose does
+        client.images.build(
+            path=str(context),
+            dockerfile="sandbox/image/Dockerfile",
+            buildargs={"BASE_IMAGE": base},
+            tag=tag,
+            rm=True,
+        )
+        # then the result holds exactly what the locally built image holds
+        assert image_facts(client, tag) == EXPECTED_FACTS
+        assert client.images.get(tag).attrs["Config"]["User"] == f"{SANDBOX_UID}:{SANDBOX_UID}"
+    finally:
+        for name in (tag, base):
+            with contextlib.suppress(docker.errors.ImageNotFound):
+                client.images.remove(name, force=True)
 
 
 @pytest.mark.docker
