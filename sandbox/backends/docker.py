@@ -95,6 +95,7 @@ _START_TIMEOUT_S = 15.0
 _SUPERVISOR_GRACE_S = 10.0  # beyond a call's own timeout, before the supervisor counts as hung
 _READ_CHUNK = 64 * 1024
 _RUNTIME_PREFIX = "mc-docker-"
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
@@ -643,15 +644,14 @@ class DockerBackend:
 
     @staticmethod
     def _environment(base: Mapping[str, str], network: NetworkPolicy) -> dict[str, str]:
-        # built from scratch: nothing of the worker's own environment reaches the container
+        # built from scratch: nothing of the worker's own environment reaches the sandbox. Proxy
+        # variables are the backend's alone (the same set as bwrap's), and NO_PROXY is never set.
         env = {"PATH": _BASE_PATH, "HOME": "/workspace", "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
         env.update(base)
+        for name in ("NO_PROXY", "no_proxy", *_PROXY_VARS):
+            env.pop(name, None)
         if network.enabled:
-            proxy_url = f"http://127.0.0.1:{BRIDGE_PORT}"
-            for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-                env[name] = proxy_url
-                env[name.lower()] = proxy_url
-            env["NO_PROXY"] = env["no_proxy"] = ""
+            env.update(dict.fromkeys(_PROXY_VARS, f"http://127.0.0.1:{BRIDGE_PORT}"))
         return env
 
     @staticmethod

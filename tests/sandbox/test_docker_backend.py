@@ -199,7 +199,8 @@ def test_pid1_is_unreadable_and_holds_no_worker_environment(
     monkeypatch.setenv("MOTOR_DOCKER_CANARY", "canary-7f3e")
     workspace = tmp_path / "canary-ws"
     workspace.mkdir()
-    with backend.open(SessionSpec(workspace=workspace, environment={"GREETING": "hi"})) as opened:
+    environment = {"GREETING": "hi", "HTTPS_PROXY": "http://elsewhere:1", "NO_PROXY": "*"}
+    with backend.open(SessionSpec(workspace=workspace, environment=environment)) as opened:
         # when a command looks at PID 1 and its own environment
         facts = py_json(
             opened,
@@ -218,6 +219,8 @@ def test_pid1_is_unreadable_and_holds_no_worker_environment(
     env = facts["env"]  # type: ignore[index]
     assert env["GREETING"] == "hi"
     assert "MOTOR_DOCKER_CANARY" not in env
+    assert "HTTPS_PROXY" not in env  # proxy variables belong to the backend alone
+    assert "NO_PROXY" not in env
     assert "canary-7f3e" not in json.dumps(env)
 
 
@@ -295,6 +298,7 @@ def test_network_session_reaches_allowed_host_only_through_the_bridge(
             f"curl -sS --noproxy '*' -m 3 https://{upstream.ip}/hello; echo rc=$?",
         )
         listing = run(opened, "ls -l /run/motor-cortex")
+        proxy_env = run(opened, "env | grep -i _proxy= | sort")
     finally:
         opened.close()
     # then only the allowed request went out, every attempt is reported, and the only socket the
@@ -311,6 +315,17 @@ def test_network_session_reaches_allowed_host_only_through_the_bridge(
     ]
     assert attempts[0].resolved_ip == upstream.ip
     assert listing.stdout.decode().split()[-1] == "egress.sock"
+    assert proxy_env.stdout.decode().splitlines() == sorted(
+        f"{name}=http://127.0.0.1:3128"
+        for name in (
+            "ALL_PROXY",
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "all_proxy",
+            "https_proxy",
+            "http_proxy",
+        )
+    )
     # and closing removed the runtime dir with its socket
     assert not runtime_dir.exists()
 
