@@ -2,6 +2,19 @@
 
 Flow for every destination, however it arrives: canonicalize_host → decide (allowlist, no DNS)
 → resolve_checked (one lookup, every address checked) → dial (the checked address only).
+Host-side callers (the fetch tool outside a sandbox) use connect_checked, which does all four.
+
+What a client of EgressProxy sees when it is refused:
+  * status 403 (policy), 503 (tunnel cap), 502 (name did not resolve / upstream did not answer),
+    400/405 (not a request the proxy serves);
+  * header ``X-Motor-Egress: denied; reason=<code>`` for refusals by rule, or
+    ``X-Motor-Egress: error; reason=<code>`` for failures; codes are in REASONS;
+  * the sentence for the model (e.g. "evil.test is not in this run's allowed domains; use
+    ask_user to request it") as the body AND as the status line's reason phrase, because CONNECT
+    clients often drop the body (Python: "Tunnel connection failed: 403 <sentence>"; curl exits
+    56 with "CONNECT tunnel failed, response 403").
+An established tunnel cut later (byte cap, idle timeout, SNI that is not the CONNECT host) just
+closes; the ConnectionReport says why. Reports carry verdict "allowed" when bytes could flow.
 """
 
 from __future__ import annotations
