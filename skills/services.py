@@ -40,14 +40,7 @@ from django.db.models import Max, Model
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed
 
-from skills.bundle import archives as _archives
-from skills.bundle import build as _build
-from skills.bundle import filesystem as _filesystem
-from skills.bundle import hashing as _hashing
-from skills.bundle import review as _review
-from skills.bundle import skillmd as _skillmd
-from skills.bundle import types as _types
-from skills.bundle import workspace as _workspace
+from skills import bundle as bundle_lib
 from skills.crypto import decrypt_json, encrypt_json
 from skills.errors import (
     ApprovalPermissionDenied,
@@ -305,11 +298,11 @@ def _version_files(version: SkillVersion) -> list[SkillFile]:
 
 
 def _recompute_hash(files: Iterable[SkillFile]) -> str:
-    return _hashing.content_hash((f.path, bytes(f.data)) for f in files)
+    return bundle_lib.content_hash((f.path, bytes(f.data)) for f in files)
 
 
-def _limits() -> _types.BundleLimits:
-    return _types.BundleLimits(
+def _limits() -> bundle_lib.BundleLimits:
+    return bundle_lib.BundleLimits(
         max_file_bytes=settings.MOTOR_SKILL_MAX_FILE_BYTES,
         max_total_bytes=settings.MOTOR_SKILL_MAX_TOTAL_BYTES,
         max_archive_entries=settings.MOTOR_SKILL_MAX_ARCHIVE_ENTRIES,
@@ -336,7 +329,7 @@ def _require_approver(actor: Actor, *, what: str) -> None:
         )
 
 
-def _policy_proposal(bundle: _types.Bundle) -> dict[str, Any]:
+def _policy_proposal(bundle: bundle_lib.Bundle) -> dict[str, Any]:
     """Policy fields proposed by a bundle's policy.json (never an approval), validated."""
     raw = bundle.declared_policy or {}
     if not isinstance(raw, Mapping):
@@ -357,7 +350,7 @@ def _policy_proposal(bundle: _types.Bundle) -> dict[str, Any]:
     return _validated_policy_fields(proposal, source="policy.json")
 
 
-def _bundle_provenance(bundle: _types.Bundle) -> dict[str, Any]:
+def _bundle_provenance(bundle: bundle_lib.Bundle) -> dict[str, Any]:
     raw = bundle.declared_policy or {}
     prov = raw.get("provenance") if isinstance(raw, Mapping) else None
     if not isinstance(prov, Mapping):
@@ -487,7 +480,7 @@ def _merge_pending_credentials(
 
 def _install_locked(
     *,
-    bundle: _types.Bundle,
+    bundle: bundle_lib.Bundle,
     actor: Actor,
     agent: Model | None,
     provenance: Mapping[str, Any] | None,
@@ -592,7 +585,7 @@ def _install_locked(
 
 def skill_install_bundle(
     *,
-    bundle: _types.Bundle,
+    bundle: bundle_lib.Bundle,
     actor: Actor,
     agent: Model | None = None,
     provenance: Mapping[str, Any] | None = None,
@@ -617,28 +610,28 @@ def skill_install_bundle(
         )
 
 
-def _bundle_error(exc: _types.BundleError, what: str) -> SkillValidationError:
+def _bundle_error(exc: bundle_lib.BundleError, what: str) -> SkillValidationError:
     return SkillValidationError(f"{what} was refused:", problems=exc.problems)
 
 
-def _prefixed(where: str, exc: _types.BundleError) -> list[_types.Problem]:
+def _prefixed(where: str, exc: bundle_lib.BundleError) -> list[bundle_lib.Problem]:
     """Problems of one skill of a tree or archive, with paths relative to the import root."""
-    if where in ("", ".", _build.BUNDLE_PATH):
+    if where in ("", ".", bundle_lib.BUNDLE_PATH):
         return list(exc.problems)
     return [
-        _types.Problem(f"{where}/{p.path}".rstrip("/"), p.rule, p.message) for p in exc.problems
+        bundle_lib.Problem(f"{where}/{p.path}".rstrip("/"), p.rule, p.message) for p in exc.problems
     ]
 
 
 def _refuse_partial(
-    what: str, errors: Sequence[tuple[str, _types.BundleError]]
+    what: str, errors: Sequence[tuple[str, bundle_lib.BundleError]]
 ) -> SkillValidationError:
     problems = [problem for where, exc in errors for problem in _prefixed(where, exc)]
     return SkillValidationError(f"{what} was refused (nothing was imported):", problems=problems)
 
 
 def _install_many(
-    bundles: Sequence[_types.Bundle],
+    bundles: Sequence[bundle_lib.Bundle],
     *,
     actor: Actor,
     agent: Model | None,
@@ -678,8 +671,8 @@ def skill_import_pasted(
 ) -> InstallResult:
     """Install pasted SKILL.md text (seed 000 Scenario 6); nothing is executed."""
     try:
-        bundle = _build.bundle_from_pasted(text, limits=_limits())
-    except _types.BundleError as exc:
+        bundle = bundle_lib.bundle_from_pasted(text, limits=_limits())
+    except bundle_lib.BundleError as exc:
         raise _bundle_error(exc, "The pasted SKILL.md") from exc
     provenance = {"source": source, "fetched_at": timezone.now().isoformat()}
     return _install_many([bundle], actor=actor, agent=agent, provenance=provenance)[0]
@@ -695,8 +688,8 @@ def skill_import_directory(
             f"{path} is not a directory.", details={"rule": "not-a-directory", "path": str(path)}
         )
     try:
-        bundles, errors = _filesystem.bundles_from_tree(path, limits=_limits())
-    except _types.BundleError as exc:
+        bundles, errors = bundle_lib.bundles_from_tree(path, limits=_limits())
+    except bundle_lib.BundleError as exc:
         raise _bundle_error(exc, f"Directory {path}") from exc
     if errors:
         if os.path.lexists(path / "SKILL.md"):
@@ -712,8 +705,8 @@ def skill_import_archive(
 ) -> list[InstallResult]:
     """Install the skills of a .zip / .tar.gz archive; every entry is checked first."""
     try:
-        bundles, errors = _archives.bundles_from_archive(data, filename=filename, limits=_limits())
-    except _types.BundleError as exc:
+        bundles, errors = bundle_lib.bundles_from_archive(data, filename=filename, limits=_limits())
+    except bundle_lib.BundleError as exc:
         raise _bundle_error(exc, f"Archive {filename}") from exc
     if errors:
         raise _refuse_partial(f"Archive {filename}", errors)
@@ -743,7 +736,7 @@ def skill_prepare_workspace(*, version: SkillVersion, workspace: Path) -> list[s
             )
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(bytes(f.data))
-    _workspace.write_baseline(
+    bundle_lib.write_baseline(
         workspace, ((f.path, bytes(f.data)) for f in files), skill_name=version.skill.name
     )
     return [f.path for f in files]
@@ -771,9 +764,9 @@ def skills_extract_from_workspace(
     actor = actor or Actor.system(f"run {run_id}")
     limits = _limits()
     result: ExtractionResult = {"created": [], "updated": [], "unchanged": [], "failed": []}
-    baseline = _workspace.read_baseline(workspace)
+    baseline = bundle_lib.read_baseline(workspace)
     timestamp = timezone.now().isoformat()
-    for skill_dir in _workspace.find_skill_dirs(workspace):
+    for skill_dir in bundle_lib.find_skill_dirs(workspace):
         at_root = skill_dir == workspace
         prefix = "" if at_root else skill_dir.relative_to(workspace).as_posix() + "/"
         if at_root:
@@ -781,11 +774,11 @@ def skills_extract_from_workspace(
         else:
             label = skill_dir.name
         try:
-            current = _filesystem.scan_skill_dir(skill_dir, limits=limits)
-        except _types.BundleError as exc:
+            current = bundle_lib.scan_skill_dir(skill_dir, limits=limits)
+        except bundle_lib.BundleError as exc:
             result["failed"].append({"name": label, "reason": _bundle_error(exc, label).message})
             continue
-        diff = _workspace.diff_against_baseline(current, baseline, prefix=prefix)
+        diff = bundle_lib.diff_against_baseline(current, baseline, prefix=prefix)
         if not diff.has_changes:
             if pending_credentials and agent is not None:
                 _merge_credentials_unchanged(label, agent, pending_credentials, actor)
@@ -794,14 +787,14 @@ def skills_extract_from_workspace(
         try:
             # The workspace root is named after the run, not the skill: only subdirectories
             # must match the skill's name.
-            bundle = _filesystem.bundle_from_directory(
+            bundle = bundle_lib.bundle_from_directory(
                 skill_dir, limits=limits, check_dir_name=not at_root
             )
-        except _types.BundleError as exc:
+        except bundle_lib.BundleError as exc:
             result["failed"].append({"name": label, "reason": _bundle_error(exc, label).message})
             continue
         # Diff again on exactly the bytes being installed (the directory was read twice).
-        diff = _workspace.diff_against_baseline(bundle.file_map(), baseline, prefix=prefix)
+        diff = bundle_lib.diff_against_baseline(bundle.file_map(), baseline, prefix=prefix)
         extracted_from = {
             "run_id": str(run_id),
             "timestamp": timestamp,
@@ -926,7 +919,7 @@ def skill_load_for_execution(*, name: str, agent: Model, actor: Actor | None = N
         raise mismatch
     loaded_files = tuple(LoadedFile(path=f.path, data=bytes(f.data)) for f in files)
     skill_md = next((f.data for f in loaded_files if f.path == "SKILL.md"), b"")
-    instructions = _skillmd.parse_skill_md(skill_md).body
+    instructions = bundle_lib.parse_skill_md(skill_md).body
     return LoadedSkill(
         skill=skill,
         version=version,
@@ -983,7 +976,7 @@ def policy_review(*, policy: Policy | int, actor: Actor) -> Policy:
                 details={"expected": version.content_hash, "actual": computed},
             )
         current_files = {f.path: bytes(f.data) for f in files}
-        facts = _review.review_bundle(
+        facts = bundle_lib.review_bundle(
             current_files,
             declared_domains=policy.allowed_domains,
             declared_credentials=policy.required_credentials,
@@ -994,7 +987,7 @@ def policy_review(*, policy: Policy | int, actor: Actor) -> Policy:
         previous = _last_approved_version(policy)
         if previous is not None and previous.pk != version.pk:
             previous_files = {f.path: bytes(f.data) for f in _version_files(previous)}
-            facts_json["diff"] = _review.diff_bundles(previous_files, current_files).to_dict()
+            facts_json["diff"] = bundle_lib.diff_bundles(previous_files, current_files).to_dict()
         else:
             facts_json["diff"] = None
         facts_json["diff_base_version"] = previous.number if previous else None

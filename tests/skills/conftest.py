@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission
 from django.db import connection
 
 from cognition.models import Agent
-from skills.bundle.build import bundle_from_files
+from skills.bundle import bundle_from_files
 from skills.models import Policy, PolicyAuditEvent, Skill, SkillFile, SkillVersion
 from skills.services import Actor
 

@@ -216,7 +216,7 @@ def test_export_writes_seed_layout_with_redacted_credentials(tmp_path: Path, age
     assert policy["provenance"]["contentHash"] == result.version.content_hash
     assert (root / "policy.json").stat().st_mode & 0o777 == 0o600
     # what was exported imports back to the same content hash
-    from skills.bundle.filesystem import bundle_from_directory
+    from skills.bundle import bundle_from_directory
 
     assert bundle_from_directory(root).content_hash == result.version.content_hash
 

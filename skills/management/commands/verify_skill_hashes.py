@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from skills.bundle.hashing import content_hash, sha256_hex
+from skills.bundle import content_hash, sha256_hex
 from skills.models import SkillFile, SkillVersion
 
 
