@@ -14,8 +14,10 @@ Layout of a session
   at /workspace, the supervisor read-only at /opt/motor-cortex. Everything else — /run, /var,
   /home, the project, the data dir, other workspaces, host sockets — is simply not there. Every
   namespace is new (net: loopback only); nested user namespaces are disabled.
-* ``python3 /opt/motor-cortex/supervisor.py serve`` runs as the sandbox's first process and
-  forks each command with rlimits and a seccomp filter (see sandbox/inside/supervisor.py).
+* ``python3 /opt/motor-cortex/supervisor.py serve`` is the sandbox's PID 1 (``--as-pid-1``):
+  non-dumpable, immune to signals from inside, under its own seccomp filter; it forks each
+  command with rlimits and the stricter command filter (see sandbox/inside/supervisor.py) and
+  kills whatever a command leaves behind.
 * With network enabled, the host runs an ``EgressProxy`` on ``<runtime dir>/net/egress.sock``;
   that directory alone is bound at /run/motor-cortex and the supervisor bridges 127.0.0.1:3128
   to it. Proxy variables point there; NO_PROXY is never set.
@@ -33,6 +35,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import queue
 import secrets
 import select
 import shutil
@@ -250,6 +253,52 @@ class _Launcher:
         os.setgroups([])
         os.setresgid(self._gid, self._gid, self._gid)
         os.setresuid(self._uid, self._uid, self._uid)
+
+
+class _Spawner:
+    """Starts every bwrap from one long-lived thread. --die-with-parent (PR_SET_PDEATHSIG)
+    follows the *thread* that forked the sandbox, so a session opened from a short-lived thread
+    (a thread pool, a request handler) would otherwise die when that thread ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], dict[str, Any], threading.Event]]
+        self._jobs = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                # also after os.fork(): the child of a forking worker has no spawner thread yet
+                self._jobs = queue.SimpleQueue()
+                self._thread = threading.Thread(
+                    target=self._loop, args=(self._jobs,), name="bwrap-spawner", daemon=True
+                )
+                self._thread.start()
+            jobs = self._jobs
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        jobs.put((fn, box, done))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    @staticmethod
+    def _loop(
+        jobs: queue.SimpleQueue[tuple[Callable[[], Any], dict[str, Any], threading.Event]],
+    ) -> None:
+        while True:
+            fn, box, done = jobs.get()
+            try:
+                box["value"] = fn()
+            except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+                box["error"] = exc
+            finally:
+                done.set()
+
+
+_spawner = _Spawner()
 
 
 class BwrapSession:
@@ -583,17 +632,19 @@ class BwrapBackend:
             log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
                 launcher = _Launcher(staged, host_uid, host_gid).run if lease is not None else None
-                proc = subprocess.Popen(
-                    args,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=log_fd,
-                    env={},
-                    cwd="/",
-                    close_fds=True,
-                    pass_fds=fds,
-                    start_new_session=True,
-                    preexec_fn=launcher,  # noqa: PLW1509 - mount ns + uid drop before exec
+                proc = _spawner.call(
+                    lambda: subprocess.Popen(
+                        args,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=log_fd,
+                        env={},
+                        cwd="/",
+                        close_fds=True,
+                        pass_fds=fds,
+                        start_new_session=True,
+                        preexec_fn=launcher,  # noqa: PLW1509 - mount ns + uid drop before exec
+                    )
                 )
             except (OSError, subprocess.SubprocessError) as exc:
                 raise SandboxError(f"cannot start bwrap: {exc}") from exc

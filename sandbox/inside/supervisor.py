@@ -56,7 +56,8 @@ RESULT::
 
 What each command gets: its own session and process group; rlimits AS (memory_bytes), NPROC
 (max_processes — counted per uid in the sandbox's user namespace, so the supervisor counts too),
-FSIZE, NOFILE, CPU (SIGXCPU at cpu_seconds, SIGKILL one second later), CORE=0; no_new_privs and
+FSIZE (file_size_bytes, lowered to what is left of workspace_bytes when the call starts), NOFILE,
+CPU (SIGXCPU at cpu_seconds, SIGKILL one second later), CORE=0; no_new_privs and
 the seccomp filter of ``seccomp.py`` (no AF_UNIX/AF_NETLINK/AF_PACKET/AF_VSOCK sockets, no
 io_uring, ptrace, keyctl, mount, namespaces, bpf, ...); the environment ``config.env`` +
 ``exec.env`` and nothing else. stdout and stderr are each kept up to the output limit
@@ -84,7 +85,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, BinaryIO
@@ -318,31 +319,33 @@ def harden_self() -> None:
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
 
 
-def _child_setup_factory(config: Config) -> Callable[[], None]:
-    seccomp = _load_sibling("seccomp")
-    prepared = seccomp.prepare(allow_unix_sockets=False)
-    memory = config.memory_bytes
-    nproc = config.max_processes
-    fsize = config.file_size_bytes
-    nofile = config.open_files
-    cpu = config.cpu_seconds
+class _ChildSetup:
+    """What runs between fork and exec: rlimits, then no_new_privs + the seccomp filter. Only
+    rlimits and prctl there — everything that allocates is prepared up front."""
 
-    def child_setup() -> None:
-        # Runs between fork and exec: only rlimits and prctl, no allocation-heavy work.
-        if memory:
-            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        if nproc:
-            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-        if fsize:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
-        if nofile:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-        if cpu:
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    def __init__(self, config: Config) -> None:
+        seccomp = _load_sibling("seccomp")
+        self._filter = seccomp.prepare(allow_unix_sockets=False)
+        self._memory = config.memory_bytes
+        self._nproc = config.max_processes
+        self._nofile = config.open_files
+        self._cpu = config.cpu_seconds
+        #: RLIMIT_FSIZE of the next command (None: unlimited); set per call
+        self.file_size: int | None = config.file_size_bytes or None
+
+    def __call__(self) -> None:
+        if self._memory:
+            resource.setrlimit(resource.RLIMIT_AS, (self._memory, self._memory))
+        if self._nproc:
+            resource.setrlimit(resource.RLIMIT_NPROC, (self._nproc, self._nproc))
+        if self.file_size is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_size, self.file_size))
+        if self._nofile:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self._nofile, self._nofile))
+        if self._cpu:
+            resource.setrlimit(resource.RLIMIT_CPU, (self._cpu, self._cpu + 1))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        prepared.install()
-
-    return child_setup
+        self._filter.install()
 
 
 def workspace_usage(root: str, *, max_entries: int = MAX_WORKSPACE_ENTRIES) -> tuple[int, int]:
@@ -496,7 +499,7 @@ class Runner:
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._child_setup = _child_setup_factory(config)
+        self._child_setup = _ChildSetup(config)
 
     def _over_quota(self) -> bool:
         if not self.config.workspace_bytes:
@@ -504,8 +507,20 @@ class Runner:
         used, entries = workspace_usage(self.config.workspace)
         return used > self.config.workspace_bytes or entries > MAX_WORKSPACE_ENTRIES
 
+    def _file_size_cap(self) -> int | None:
+        """RLIMIT_FSIZE for the next call: the per-file cap, lowered to what is left of the
+        workspace quota, so that one file can never push the workspace past it (0 when the
+        quota is used up: writes then fail with EFBIG, deleting still works)."""
+        cap = self.config.file_size_bytes or None
+        if self.config.workspace_bytes:
+            used, _entries = workspace_usage(self.config.workspace)
+            left = max(0, self.config.workspace_bytes - used)
+            cap = left if cap is None else min(cap, left)
+        return cap
+
     def run(self, spec: ExecSpec) -> dict[str, Any]:
         started = time.monotonic()
+        self._child_setup.file_size = self._file_size_cap()
         try:
             proc = subprocess.Popen(
                 spec.argv,

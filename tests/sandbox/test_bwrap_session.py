@@ -478,3 +478,47 @@ def test_a_dead_supervisor_fails_the_call_and_closes_the_session(
     # then the session is closed and nothing of it is left
     assert session.closed is True
     assert wait_until(lambda: live_processes_of(uid) == [])
+
+
+def test_session_opened_in_a_short_lived_thread_survives_the_thread(
+    open_sandbox: SandboxFactory,
+) -> None:
+    # given a session opened from a thread that has since ended
+    import threading
+
+    box: list[object] = []
+    opener = threading.Thread(target=lambda: box.append(open_sandbox()))
+    opener.start()
+    opener.join()
+    session = box[0]
+    assert isinstance(session, BwrapSession)
+    # when it is used from another thread
+    result = session.exec(ExecRequest(argv=["echo", "alive"]))
+    # then the sandbox is still there
+    assert result.stdout == b"alive\n"
+
+
+def test_workspace_quota_caps_a_single_big_file_and_allows_cleanup(
+    open_sandbox: SandboxFactory, workspace: Path
+) -> None:
+    # given an 8 MiB workspace quota and a generous per-file cap
+    session = open_sandbox(
+        workspace=workspace,
+        limits=Limits(workspace_bytes=8 * 1024 * 1024, file_size_bytes=1024 * 1024 * 1024),
+    )
+    # when one command writes 100 MB into one file
+    big = session.exec(
+        ExecRequest(argv=["sh", "-c", "head -c 100000000 /dev/zero > /workspace/big"])
+    )
+    # then the write stops at the quota: the host file never exceeds it
+    assert big.exit_code != 0
+    assert (workspace / "big").stat().st_size <= 8 * 1024 * 1024
+    # and once full, further writes fail while deleting works
+    more = session.exec(ExecRequest(argv=["sh", "-c", "head -c 10 /dev/zero > /workspace/more"]))
+    assert more.exit_code != 0
+    removed = session.exec(ExecRequest(argv=["rm", "/workspace/big", "/workspace/more"]))
+    assert removed.exit_code == 0
+    assert sorted(p.name for p in workspace.iterdir()) == []
+    again = session.exec(ExecRequest(argv=["sh", "-c", "echo fine > /workspace/ok"]))
+    assert again.exit_code == 0
+    assert (workspace / "ok").read_text() == "fine\n"

@@ -577,29 +577,51 @@ def test_one_gigabyte_of_output_is_truncated(sandbox: Session) -> None:
     assert flood.truncated is True
 
 
-def test_workspace_quota_holds(open_sandbox: SandboxFactory, backend_name: str) -> None:
-    # given an 8 MiB workspace quota
+def test_workspace_quota_holds_for_one_big_file(
+    open_sandbox: SandboxFactory, backend_name: str, workspace: Path
+) -> None:
+    # given an 8 MiB workspace quota and a 1 GiB per-file cap
     session = open_sandbox(
         backend_name,
-        limits=Limits(workspace_bytes=8 * 1024 * 1024, file_size_bytes=256 * 1024 * 1024),
+        workspace=workspace,
+        limits=Limits(workspace_bytes=8 * 1024 * 1024, file_size_bytes=1024 * 1024 * 1024),
     )
-    # when a command keeps writing into the workspace
+    # when a command writes 100 MB into one file
+    fill = session.exec(
+        ExecRequest(argv=["sh", "-c", "head -c 100000000 /dev/zero > /workspace/fill"])
+    )
+    # then the write fails and the host file stays within the quota
+    assert fill.exit_code != 0
+    assert (workspace / "fill").stat().st_size <= 8 * 1024 * 1024
+
+
+def test_workspace_quota_stops_a_call_filling_many_files(
+    open_sandbox: SandboxFactory, backend_name: str, workspace: Path
+) -> None:
+    # given an 8 MiB workspace quota
+    session = open_sandbox(
+        backend_name, workspace=workspace, limits=Limits(workspace_bytes=8 * 1024 * 1024)
+    )
+    # when a command keeps creating 1 MiB files
     fill = py(
         session,
         """
         import os, time
-        with open("/workspace/fill", "wb") as fh:
-            while True:
+        n = 0
+        while True:
+            with open(f"/workspace/fill{n}", "wb") as fh:
                 fh.write(b"x" * (1024 * 1024))
                 fh.flush()
                 os.fsync(fh.fileno())
-                time.sleep(0.01)
+            n += 1
+            time.sleep(0.01)
         """,
         timeout_s=30,
     )
-    # then the call is stopped and reported as over quota long before its timeout
+    # then the call is killed and reported as over quota long before its timeout
     assert fill.workspace_exceeded is True
     assert fill.timed_out is False
+    assert sum(p.stat().st_size for p in workspace.iterdir()) < 16 * 1024 * 1024
 
 
 def test_single_file_size_is_capped(open_sandbox: SandboxFactory, backend_name: str) -> None:
