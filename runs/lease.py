@@ -61,6 +61,47 @@ def lease_claim(*, run_id: str, owner: str, ttl: timedelta | None = None) -> Lea
     return Lease(run_id=run_id, token=token, owner=owner)
 
 
+def _owner_is_dead(owner: str) -> bool:
+    """True when `owner` names a process on this host that no longer exists.
+
+    Lets a redelivered slice take over at once from a worker process that was killed, instead of
+    waiting out the lease. Owners on other hosts are never judged; their leases simply expire.
+    """
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def lease_take_over_from_dead(
+    *, run_id: str, owner: str, ttl: timedelta | None = None
+) -> Lease | None:
+    """Claim a run whose live lease belongs to a dead local process; None otherwise."""
+    held = MotorRun.objects.filter(pk=run_id).values_list("lease_owner", "lease_token").first()
+    if held is None or not held[0] or not _owner_is_dead(held[0]):
+        return None
+    ttl = ttl if ttl is not None else lease_ttl()
+    with transaction.atomic():
+        # Conditional on the observed token: if anyone claimed meanwhile, nothing happens.
+        updated = MotorRun.objects.filter(pk=run_id, lease_token=held[1]).update(
+            lease_token=F("lease_token") + 1, lease_owner=owner, lease_expires_at=Now() + ttl
+        )
+        if updated != 1:
+            return None
+        token = MotorRun.objects.filter(pk=run_id).values_list("lease_token", flat=True).get()
+    return Lease(run_id=run_id, token=token, owner=owner)
+
+
 def lease_lock(lease: Lease) -> MotorRun:
     """Lock the run row and prove `lease` is still the newest claim; renew it.
 

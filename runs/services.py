@@ -20,9 +20,16 @@ from django.apps import apps
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from runs.errors import InvalidRunParams, InvalidTransition, LeaseLost, LLMUnavailable, MotorBusy
-from runs.lease import Lease, default_owner, lease_claim, lease_lock
+from runs.lease import (
+    Lease,
+    default_owner,
+    lease_claim,
+    lease_lock,
+    lease_take_over_from_dead,
+)
 from runs.llm import LLMReply, ModelRole, llm_chat, llm_client
 from runs.models import (
     ACTIVE_STATUSES,
@@ -362,7 +369,9 @@ def run_step(
     one slice write, and the Step ledger means a recorded tool call never runs again.
     """
     owner = owner or default_owner()
-    lease = lease_claim(run_id=run_id, owner=owner)
+    lease = lease_claim(run_id=run_id, owner=owner) or lease_take_over_from_dead(
+        run_id=run_id, owner=owner
+    )
     if lease is None:
         exists = MotorRun.objects.filter(pk=run_id).exists()
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
@@ -650,7 +659,7 @@ def _perform_call(
 
     # Outside any transaction: the side effect itself.
     started = time.monotonic()
-    values = credentials(run_snapshot) if credentials else {}
+    values = (credentials or _resolve_credentials)(run_snapshot)
     result = slot.execute(name=name, arguments=arguments or {}, credentials=values)
     result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
 
@@ -660,6 +669,21 @@ def _perform_call(
         step = Step.objects.select_for_update().get(pk=step_id)
         _complete_step(run, attempt, step, result)
         return _after_result(run, attempt, name, result, actor=actor)
+
+
+def _resolve_credentials(run: MotorRun) -> dict[str, str]:
+    """Values of the run's credential names, from the resolver named in settings.
+
+    The runtime knows no vault: the brain side registers a callable
+    ``resolver(*, agent_id: int, names: list[str]) -> dict[str, str]`` as
+    MOTOR_CREDENTIAL_RESOLVER (a dotted path). Values live only in this process's memory for the
+    one call; they are never stored, logged or sent to the model.
+    """
+    path = getattr(settings, "MOTOR_CREDENTIAL_RESOLVER", "")
+    if not run.credential_names or not path:
+        return {}
+    resolver = import_string(path)
+    return dict(resolver(agent_id=run.agent_id, names=list(run.credential_names)))
 
 
 def _refusal(run: MotorRun, name: str, arguments: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -1,0 +1,60 @@
+"""Granted tools run in a real bwrap sandbox session opened for the run."""
+
+from __future__ import annotations
+
+import pytest
+
+from runs.errors import InvalidRunParams
+from runs.models import Attempt, MotorRun, RunStatus, Step
+from runs.services import SliceOutcome, run_start
+from tests.fixtures.llm import reply_text, reply_tools, tool_call
+from tests.runs.helpers import drive
+
+pytestmark = pytest.mark.django_db
+
+
+def test_only_the_granted_tools_schemas_are_offered_and_they_run_in_the_sandbox(
+    agent, scripted_llm, tmp_path
+):
+    # given a run granted the filesystem tools on a workspace
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    run_id = run_start(
+        agent_id=agent.pk,
+        task="Write a note",
+        tools=["filesystem"],
+        workspace=str(workspace),
+        actor="test",
+    )["run_id"]
+    scripted_llm.add(
+        reply_tools(tool_call("write", {"path": "note.txt", "content": "hello"}, call_id="w")),
+        reply_tools(tool_call("read", {"path": "note.txt"}, call_id="r")),
+        reply_text("Wrote and read the note."),
+    )
+    # when the loop runs
+    outcomes = drive(run_id, scripted_llm.client())
+    # then the model was offered exactly the granted tools plus ask_user
+    offered = [tool["function"]["name"] for tool in scripted_llm.requests[0]["tools"]]
+    assert offered == ["read", "write", "edit", "list", "glob", "grep", "ask_user"]
+    assert (
+        "Granted tools: read, write, edit, list, glob, grep"
+        in (scripted_llm.requests[0]["messages"][0]["content"])
+    )
+    # and the calls ran in the sandbox against the workspace
+    assert outcomes == [SliceOutcome.CONTINUED, SliceOutcome.CONTINUED, SliceOutcome.FINISHED]
+    assert (workspace / "note.txt").read_text() == "hello"
+    steps = list(Step.objects.filter(attempt__run_id=run_id))
+    assert [(s.tool, s.state, s.result["ok"]) for s in steps] == [
+        ("write", "done", True),
+        ("read", "done", True),
+    ]
+    read_message = Attempt.objects.get(run_id=run_id).messages[-2]
+    assert read_message["tool_call_id"] == "r"
+    assert "hello" in read_message["content"]
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
+
+
+def test_an_unknown_tool_grant_is_refused_naming_it(agent):
+    with pytest.raises(InvalidRunParams, match="tools: unknown tool\\(s\\): 'teleport'"):
+        run_start(agent_id=agent.pk, task="t", tools=["read", "teleport"], actor="test")
+    assert MotorRun.objects.count() == 0
