@@ -847,6 +847,10 @@ class SkillFileInline(admin.TabularInline):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Files are part of the version: whoever may see a version sees its inventory.
+        return request.user.has_perm("skills.view_skillversion")
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[SkillFile]:
         # The bytes are not needed for the inventory; a version can hold 10 MB.
         return super().get_queryset(request).defer("data")

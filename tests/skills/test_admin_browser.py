@@ -40,6 +40,7 @@ def test_approver_reviews_facts_sets_domains_and_approves(
     page.goto("/admin/skills/policy/")
     row = page.locator("#result_list tbody tr", has_text="weather-report")
     expect(row.locator(".mc-badge--pending_review")).to_have_text("Pending review")
+    page.screenshot(path=str(artifacts_dir / "admin-policies.png"), full_page=True)
 
     # and opens the review page
     row.get_by_role("link", name="weather-report").click()

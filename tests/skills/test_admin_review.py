@@ -478,3 +478,28 @@ def test_raw_file_download_is_an_attachment(approver: User, policy: Policy) -> N
     assert response["Content-Type"] == "application/octet-stream"
     assert response["Content-Disposition"] == 'attachment; filename="SKILL.md"'
     assert response.content == bytes(file.data)
+
+
+def test_skill_and_version_pages_are_read_only_views(approver: User, policy: Policy) -> None:
+    # given an imported skill
+    client = logged_in(approver)
+    skill = policy.skill
+    version = skill.current_version
+
+    # when its page, the skill list and its version's page are opened
+    skill_page = client.get(reverse("admin:skills_skill_change", args=[skill.pk]))
+    skill_list = client.get(reverse("admin:skills_skill_changelist"), {"q": "weather"})
+    version_page = client.get(reverse("admin:skills_skillversion_change", args=[version.pk]))
+
+    # then they show the facts without an editable field or a save button
+    for response in (skill_page, skill_list, version_page):
+        assert response.status_code == 200
+    skill_html = skill_page.content.decode()
+    assert review_url(policy) in skill_html
+    assert '<span class="mc-badge mc-badge--pending_review">Pending review</span>' in skill_html
+    assert 'name="_save"' not in skill_html
+    assert "scout" in skill_list.content.decode()
+    version_html = version_page.content.decode()
+    assert "scripts/forecast.py" in version_html
+    assert version.content_hash in version_html
+    assert 'name="_save"' not in version_html
