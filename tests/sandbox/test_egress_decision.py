@@ -342,3 +342,13 @@ def test_decide_never_raises_and_never_allows_an_unlisted_host(host: str, port: 
         assert decision.host in {"api.ok.test", "xn--bcher-kva.test", "198.51.100.7"} or (
             decision.host.endswith(".wild.test")
         )
+
+
+def test_a_bracketed_ipv6_entry_matches_any_spelling_of_that_address() -> None:
+    # given
+    policy = NetworkPolicy(allowed_domains=("[2001:db8::1]",))
+
+    # when / then
+    assert decide("[2001:0DB8:0:0:0:0:0:1]", 443, policy).allowed is True
+    assert decide("[2001:db8::2]", 443, policy).reason == "not_allowlisted"
+    assert decide("2001:db8::1", 443, policy).reason == "invalid_host"

@@ -767,3 +767,18 @@ def test_a_non_tls_tunnel_is_relayed_as_is(make_proxy: ProxyFactory, upstream: U
     # then
     assert data.startswith(b"HTTP/1.1 200 ")
     assert data.endswith(b"hello from upstream\n")
+
+
+def test_a_socket_shared_with_a_group_is_group_writable(tmp_path: Path, upstream: Upstream) -> None:
+    # when
+    with EgressProxy(
+        session_id="run-6",
+        policy=NetworkPolicy(allowed_domains=ALLOWED),
+        socket_path=tmp_path / "group.sock",
+        resolver=upstream.resolver(),
+        owner_gid=65534,
+    ) as proxy:
+        info = os.stat(proxy.socket_path)
+
+    # then
+    assert (stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid) == (0o660, 0, 65534)
