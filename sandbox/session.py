@@ -128,7 +128,11 @@ class SessionRegistry:
                 self.forget(session)
                 continue
             if not session.busy and session.idle_for(now) > session.idle_timeout_s:
-                logger.info("closing sandbox session %s after %.0f s idle", session.id, now)
+                logger.info(
+                    "closing sandbox session %s after %.0f s idle",
+                    session.id,
+                    session.idle_for(now),
+                )
                 try:
                     session.close()
                 except Exception:  # noqa: BLE001 - one bad session must not stop the reaper

@@ -338,7 +338,9 @@ class BwrapSession:
     # ------------------------------------------------------------------ protocol plumbing
 
     def _send(self, message: Mapping[str, Any]) -> None:
-        data = encode_frame(message)
+        self._send_bytes(encode_frame(message))
+
+    def _send_bytes(self, data: bytes) -> None:
         view = memoryview(data)
         while view:
             try:
@@ -428,7 +430,11 @@ class BwrapSession:
                 raise SandboxError(f"sandbox session {self.id} is closed")
             self.last_used = time.monotonic()
             try:
-                self._send(message)
+                frame = encode_frame(message)
+            except ProtocolError as exc:
+                raise ValueError(f"exec request too large: {exc}") from exc
+            try:
+                self._send_bytes(frame)
                 reply = self._recv(time.monotonic() + timeout + RESULT_GRACE_S)
             except SandboxError:
                 self.close()

@@ -61,7 +61,7 @@ CPU (SIGXCPU at cpu_seconds, SIGKILL one second later), CORE=0; no_new_privs and
 the seccomp filter of ``seccomp.py`` (no AF_UNIX/AF_NETLINK/AF_PACKET/AF_VSOCK sockets, no
 io_uring, ptrace, keyctl, mount, namespaces, bpf, ...); the environment ``config.env`` +
 ``exec.env`` and nothing else. stdout and stderr are each kept up to the output limit
-(``exec.output_limit`` or ``limits.output_bytes``); the rest is read and discarded, and
+(``exec.output_limit`` or ``limits.output_bytes``, at most ``MAX_OUTPUT_BYTES``); the rest is read and discarded, and
 ``truncated`` is set. On the wall-clock deadline every process is SIGKILLed and ``timed_out`` is
 set. While a command runs, the workspace's allocated size (and entry count, at most
 ``MAX_WORKSPACE_ENTRIES``) is measured every few tens of milliseconds and at the end; going over
@@ -92,6 +92,8 @@ from typing import Any, BinaryIO
 
 #: the biggest frame either side accepts (64 MiB)
 MAX_FRAME_BYTES = 64 * 1024 * 1024
+#: the most output kept per stream, whatever a request asks for (16 MiB)
+MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 #: a workspace with more entries than this counts as over quota (inode exhaustion is disk abuse)
 MAX_WORKSPACE_ENTRIES = 100_000
 #: how long to wait for killed processes to disappear after a call (seconds)
@@ -269,6 +271,7 @@ def parse_exec(raw: Mapping[str, Any], config: Config) -> ExecSpec:
         raise ProtocolError("cwd must be an absolute path")
     limit = raw.get("output_limit")
     output_limit = config.output_bytes if limit is None else _int(limit, "output_limit")
+    output_limit = min(output_limit, MAX_OUTPUT_BYTES)
     env = dict(config.env)
     env.update(_str_map(raw.get("env"), "env"))
     return ExecSpec(
@@ -595,6 +598,10 @@ class Runner:
 
         while open_outputs or not exited:
             now = time.monotonic()
+            if exited and (timed_out or quota_hit) and now > deadline + SWEEP_GRACE_S:
+                # killed, reaped, yet something still holds the pipes (sweeping is off):
+                # stop reading rather than wait forever
+                break
             if not timed_out and not quota_hit and now >= deadline:
                 timed_out = True
                 killed_by_us = True

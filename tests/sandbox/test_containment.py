@@ -180,7 +180,14 @@ def test_pid1_environ_is_empty_or_unreadable(sandbox: Session) -> None:
 
 def test_writes_outside_workspace_fail_and_host_is_untouched(sandbox: Session) -> None:
     # given paths outside /workspace
-    targets = ["/usr/motor-escape", "/etc/motor-escape", "/motor-escape", "/opt/motor-cortex/x"]
+    targets = [
+        "/usr/motor-escape",
+        "/etc/motor-escape",
+        "/motor-escape",
+        "/opt/motor-cortex/x",
+        "/dev/motor-escape",
+        "/proc/motor-escape",
+    ]
     # when the sandbox tries to create each
     outcome = py_json(
         sandbox,
@@ -198,7 +205,9 @@ def test_writes_outside_workspace_fail_and_host_is_untouched(sandbox: Session) -
         """,
     )
     # then every write failed (read-only or permission) and nothing appeared on the host
-    assert set(outcome.values()) <= {errno.EROFS, errno.EACCES}  # type: ignore[union-attr]
+    assert isinstance(outcome, dict)
+    assert set(outcome) == set(targets)
+    assert set(outcome.values()) <= {errno.EROFS, errno.EACCES, errno.ENOENT}
     assert not Path("/usr/motor-escape").exists()
     assert not Path("/etc/motor-escape").exists()
     assert not Path("/motor-escape").exists()
