@@ -320,6 +320,12 @@ def _run_helper(
             output_limit=_HELPER_OUTPUT_BYTES,
         )
     )
+    if result.workspace_exceeded:
+        return _Outcome(
+            ok=False,
+            output=f"{op}: the workspace went over its disk quota",
+            error_code=ErrorCode.TOO_LARGE,
+        )
     if result.timed_out:
         return _Outcome(
             ok=False,
@@ -384,6 +390,14 @@ def _process_outcome(
             output=f"timed out after {timeout_s:.0f} s and was killed\n{text}".rstrip(),
             error_code=ErrorCode.TIMEOUT,
             timed_out=True,
+            truncated=truncated,
+            exit_code=result.exit_code,
+        )
+    if result.workspace_exceeded:
+        return _Outcome(
+            ok=False,
+            output=f"the workspace went over its disk quota; the command was killed\n{text}".rstrip(),
+            error_code=ErrorCode.TOO_LARGE,
             truncated=truncated,
             exit_code=result.exit_code,
         )

@@ -11,7 +11,7 @@ import pytest
 
 from sandbox.backends import get_backend
 from sandbox.tools import execute_tool
-from sandbox.types import ErrorCode, ExecRequest, Session, SessionSpec, ToolResult
+from sandbox.types import ErrorCode, ExecRequest, Limits, Session, SessionSpec, ToolResult
 
 SECRET = "sk-test-4f9a8b7c6d5e"
 CREDS = {"API_TOKEN": SECRET}
@@ -311,3 +311,47 @@ def test_a_closed_session_is_a_sandbox_error(ws: Path, backend: str) -> None:
         ErrorCode.SANDBOX_ERROR,
         True,
     )
+
+
+def _quota_session(path: Path, backend: str) -> Session:
+    path.mkdir()
+    # a workspace that may hold 2 MB
+    limits = Limits(workspace_bytes=2 * 1024 * 1024)
+    return get_backend(backend).open(SessionSpec(workspace=path, limits=limits))
+
+
+def test_one_huge_file_stops_at_the_quota(tmp_path: Path, backend: str) -> None:
+    opened = _quota_session(tmp_path / "one", backend)
+    try:
+        # when a program writes one 64 MB file
+        result = run(opened, "code", code="open('big.bin', 'wb').write(b'0' * (64 << 20))")
+    finally:
+        opened.close()
+    # then the write fails at what was left of the quota
+    assert (result.ok, result.error_code) == (False, ErrorCode.EXIT_NONZERO)
+    assert "OSError: [Errno 27] File too large" in result.output
+    assert (tmp_path / "one" / "big.bin").stat().st_size <= 2 * 1024 * 1024
+
+
+def test_many_small_files_past_the_quota_are_stopped_as_too_large(
+    tmp_path: Path, backend: str
+) -> None:
+    opened = _quota_session(tmp_path / "many", backend)
+    try:
+        # when a program writes 100 files of 100 KB (10 MB in all), one at a time
+        result = run(
+            opened,
+            "code",
+            code=(
+                "import time\n"
+                "for i in range(100):\n"
+                "    open(f'part{i}.bin', 'wb').write(b'0' * 102400)\n"
+                "    time.sleep(0.01)\n"
+            ),
+        )
+    finally:
+        opened.close()
+    # then the quota watcher kills it and the result says the workspace is too large
+    assert (result.ok, result.error_code) == (False, ErrorCode.TOO_LARGE)
+    assert result.output == "the workspace went over its disk quota; the command was killed"
+    assert len(list((tmp_path / "many").iterdir())) < 100

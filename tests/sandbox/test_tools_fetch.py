@@ -223,3 +223,35 @@ def test_credentials_echoed_by_curl_are_redacted(net: Net) -> None:
     echoed = json.loads(result.output)
     assert ["Authorization", "Bearer <credential:TOKEN>"] in echoed["headers"]
     assert SECRET not in json.dumps(result.to_dict())
+
+
+def test_an_unreachable_allowed_destination_is_a_retryable_http_error(
+    upstream: Upstream,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # given port 9 allowed by policy, where the upstream has no listener
+    workspace = tmp_path / "ws9"
+    workspace.mkdir()
+    session = BwrapBackend(egress_resolver=upstream.resolver()).open(
+        SessionSpec(
+            workspace=workspace,
+            network=NetworkPolicy(allowed_domains=("api.allowed.test",), allowed_ports=(9,)),
+        )
+    )
+    try:
+        # when fetched
+        result = execute_tool(
+            session, "fetch", {"url": "http://api.allowed.test:9/hello"}, network_enabled=True
+        )
+    finally:
+        session.close()
+    # then the proxy's "could not connect" comes back as a transient HTTP error
+    assert (result.ok, result.error_code, result.retryable) == (
+        False,
+        ErrorCode.HTTP_ERROR,
+        True,
+    )
+    assert result.output.startswith(
+        "http://api.allowed.test:9/hello: the egress proxy could not reach the destination "
+        "(error; reason=connect_failed): "
+    )
