@@ -717,25 +717,80 @@ def skill_import_archive(
 # --- workspaces ------------------------------------------------------------------------------
 
 
+_DIR_OPEN_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+_FILE_CREATE_FLAGS = (
+    os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+)
+
+
+def _write_inside(root_fd: int, relative: str, data: bytes) -> None:
+    """Create `relative` below the directory `root_fd` without following any link.
+
+    Each component is opened relative to its parent with O_NOFOLLOW, so a symlink left in a
+    reused workspace (`scripts -> /etc`) makes the write fail instead of escaping.
+    """
+    parts = relative.split("/")
+    dir_fd = os.dup(root_fd)
+    try:
+        for part in parts[:-1]:
+            try:
+                os.mkdir(part, 0o755, dir_fd=dir_fd)
+            except FileExistsError:
+                pass
+            next_fd = os.open(part, _DIR_OPEN_FLAGS, dir_fd=dir_fd)
+            os.close(dir_fd)
+            dir_fd = next_fd
+        fd = os.open(parts[-1], _FILE_CREATE_FLAGS, 0o644, dir_fd=dir_fd)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    finally:
+        os.close(dir_fd)
+
+
 def skill_prepare_workspace(*, version: SkillVersion, workspace: Path) -> list[str]:
     """Write `version`'s files at the workspace root and the baseline the extraction diffs against.
 
-    Returns the relative paths written. Reads only; changes no database row.
+    The stored bytes are re-hashed first (`SkillHashMismatch` when they do not match the
+    version). Files are written without following links; a path that is refused or a link in
+    the way raises `SkillValidationError`. Returns the relative paths written; changes no
+    database row.
     """
     workspace = Path(workspace)
     workspace.mkdir(parents=True, exist_ok=True)
     files = _version_files(version)
-    root = workspace.resolve()
-    for f in files:
-        target = (root / f.path).resolve()
-        # Stored paths were validated at install; this guards against a tampered row.
-        if root not in target.parents:
-            raise SkillValidationError(
-                f"Stored file path {f.path!r} escapes the workspace.",
-                details={"rule": "path_traversal", "path": f.path},
-            )
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(bytes(f.data))
+    computed = _recompute_hash(files)
+    if computed != version.content_hash:
+        raise SkillHashMismatch(
+            f"Skill {version.skill.name!r} v{version.number}: stored files hash to {computed}, "
+            f"not the recorded {version.content_hash}; refusing to prepare a workspace with it.",
+            details={"expected": version.content_hash, "actual": computed},
+        )
+    try:
+        root_fd = os.open(workspace, _DIR_OPEN_FLAGS)
+    except OSError as exc:
+        raise SkillValidationError(
+            f"Workspace {workspace} cannot be opened as a plain directory ({exc.strerror}).",
+            details={"rule": "workspace", "path": str(workspace)},
+        ) from exc
+    try:
+        for f in files:
+            path, problems = bundle_lib.check_path(f.path)
+            if problems or path != f.path:
+                raise SkillValidationError(
+                    f"Stored file path {f.path!r} is not a safe relative path.",
+                    problems=problems,
+                    details={"rule": "path", "path": f.path},
+                )
+            try:
+                _write_inside(root_fd, f.path, bytes(f.data))
+            except OSError as exc:
+                raise SkillValidationError(
+                    f"Cannot write {f.path} into workspace {workspace}: {exc.strerror} "
+                    "(a link or a non-directory is in the way).",
+                    details={"rule": "workspace-write", "path": f.path},
+                ) from exc
+    finally:
+        os.close(root_fd)
     bundle_lib.write_baseline(
         workspace, ((f.path, bytes(f.data)) for f in files), skill_name=version.skill.name
     )

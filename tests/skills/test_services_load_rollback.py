@@ -363,3 +363,19 @@ def test_versions_and_files_cannot_be_rewritten(approved):
         SkillVersion.objects.get(pk=approved.version.pk).content_hash
         == approved.version.content_hash
     )
+
+
+def test_deleting_the_agent_keeps_its_audit_rows(approved, agent):
+    # given
+    events = PolicyAuditEvent.objects.filter(agent_ref_id=agent.pk).count()
+    assert events == 4  # installed, policy created, reviewed, approved
+
+    # when
+    agent_id = agent.pk
+    agent.delete()
+
+    # then the policy is gone, the trail names the agent by id and name
+    assert Policy.objects.count() == 0
+    trail = PolicyAuditEvent.objects.filter(agent_ref_id=agent_id)
+    assert trail.count() == events
+    assert set(trail.values_list("agent_id", "agent_name", "policy_id")) == {(None, "main", None)}
