@@ -25,6 +25,7 @@ from .types import SKILL_MD, Bundle, BundleError, BundleLimits, Finding, Problem
 BASELINE_FILE = ".motor-baseline.json"
 
 _READ_CHUNK = 65_536  # bytes
+_WALK_FACTOR = 50  # entries examined per allowed skill file (100,000 with the default limit)
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
@@ -110,6 +111,9 @@ def scan_directory(path: Path, *, limits: BundleLimits) -> ScanResult:
     skipped: list[tuple[str, PathKind]] = []
     total = 0
     visited = 0
+    # Content files are limited to max_archive_entries; everything else is only looked at (for
+    # links and devices), so a run's output next to its skill may hold many more entries.
+    walk_budget = limits.max_archive_entries * _WALK_FACTOR
     stack: list[tuple[int, str]] = [(root_fd, "")]
     try:
         while stack:
@@ -120,12 +124,12 @@ def scan_directory(path: Path, *, limits: BundleLimits) -> ScanResult:
                 for entry in entries:
                     rel = prefix + entry.name
                     visited += 1
-                    if visited > limits.max_archive_entries:
+                    if visited > walk_budget:
                         problems.append(
                             Problem(
                                 BUNDLE_PATH,
                                 "too-many-files",
-                                f"more than {limits.max_archive_entries:,} files and directories",
+                                f"more than {walk_budget:,} files and directories to check",
                             )
                         )
                         return result
@@ -152,7 +156,7 @@ def scan_directory(path: Path, *, limits: BundleLimits) -> ScanResult:
                             )
                         )
                     elif stat.S_ISDIR(mode):
-                        if entry.name in DENIED_DIRS:
+                        if classify(norm) == "denied":
                             skipped.append((norm + "/", "denied"))
                             continue
                         try:
@@ -179,6 +183,15 @@ def scan_directory(path: Path, *, limits: BundleLimits) -> ScanResult:
                             data = _read_at(dir_fd, entry.name, st, limits.max_file_bytes)
                             result.policy_raw = data if data is not None else b""
                         elif kind == "content":
+                            if len(result.sizes) >= limits.max_archive_entries:
+                                problems.append(
+                                    Problem(
+                                        BUNDLE_PATH,
+                                        "too-many-files",
+                                        f"more than {limits.max_archive_entries:,} skill files",
+                                    )
+                                )
+                                return result
                             result.sizes[norm] = st.st_size
                             total += st.st_size
                             if st.st_size > limits.max_file_bytes:

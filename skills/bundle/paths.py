@@ -10,8 +10,9 @@ a reviewer).
 
 * ``"content"``  — ``SKILL.md``, ``references/**``, ``scripts/**``, ``assets/**``
 * ``"policy"``   — the top-level ``policy.json`` (host-side sidecar, never content)
-* ``"denied"``   — anything under ``node_modules/``, ``.cache/``, ``.local/``, ``.git/`` (at any
-  depth) or named ``*.log``: skipped without being read
+* ``"denied"``   — anything under ``node_modules/``, ``.cache/``, ``.local/``, ``.git/`` (and the
+  Python caches/virtualenvs and ``__MACOSX/``, at any depth) or named ``*.log``, ``.DS_Store``,
+  ``Thumbs.db``, ``desktop.ini``: skipped without being read
 * ``"ignored"``  — any other path: not part of the skill, skipped with an info finding
 """
 
@@ -28,12 +29,27 @@ from .types import POLICY_FILE, SKILL_MD, Finding, Problem
 PathKind = Literal["content", "policy", "denied", "ignored"]
 
 CONTENT_DIRS = frozenset({"references", "scripts", "assets"})
-# The issue's denylist plus the Python equivalents of node_modules (virtualenvs hold symlinks to
-# the interpreter, caches hold compiled files); none of them is ever skill content.
+# The issue's denylist, the Python equivalents of node_modules (virtualenvs hold symlinks to the
+# interpreter, caches hold compiled files) and macOS zip litter; none of it is ever content.
 DENIED_DIRS = frozenset(
-    {"node_modules", ".cache", ".local", ".git", ".venv", "__pycache__", ".pytest_cache"}
+    {
+        "node_modules",
+        ".cache",
+        ".local",
+        ".git",
+        ".venv",
+        "__pycache__",
+        ".pytest_cache",
+        "__MACOSX",
+    }
 )
 DENIED_SUFFIXES = (".log",)
+# Operating-system litter that zip tools on macOS/Windows add to uploads; never content.
+DENIED_FILES = frozenset({".DS_Store", "Thumbs.db", "desktop.ini"})
+#: Longest accepted path (characters; the database column holds 1024) and path segment
+#: (bytes of UTF-8; NAME_MAX on common filesystems, so an exported skill can be written back).
+MAX_PATH_CHARS = 1024
+MAX_SEGMENT_BYTES = 255
 
 # Embeddings/overrides (U+202A-202E), isolates (U+2066-2069) and the invisible direction marks
 # (U+200E, U+200F, U+061C), which reorder or disguise how a name displays.
@@ -92,6 +108,14 @@ def check_path(raw: str) -> tuple[str, list[Problem]]:
             "path-zero-width",
             "zero-width characters (U+200B-200D, U+2060, U+FEFF) are not allowed in file names",
         )
+    if len(raw) > MAX_PATH_CHARS or any(
+        len(segment.encode("utf-8", "surrogatepass")) > MAX_SEGMENT_BYTES for segment in segments
+    ):
+        refuse(
+            "path-too-long",
+            f"paths are limited to {MAX_PATH_CHARS} characters and {MAX_SEGMENT_BYTES} bytes "
+            "per name",
+        )
     normalised = unicodedata.normalize("NFC", raw) if not problems else raw
     return normalised, problems
 
@@ -115,9 +139,9 @@ def _printable(raw: str) -> str:
 def classify(path: str) -> PathKind:
     """Say what a valid, normalised path is (see the module docstring)."""
     segments = path.split("/")
-    if any(segment in DENIED_DIRS for segment in segments[:-1]) or segments[-1] in DENIED_DIRS:
+    if any(segment in DENIED_DIRS for segment in segments):
         return "denied"
-    if segments[-1].endswith(DENIED_SUFFIXES):
+    if segments[-1].endswith(DENIED_SUFFIXES) or segments[-1] in DENIED_FILES:
         return "denied"
     if path == POLICY_FILE:
         return "policy"

@@ -350,3 +350,45 @@ def test_repeated_directory_entries_are_harmless_but_file_and_directory_clash():
         ]
     )
     assert archive_problems(clash, "x.tgz") == [("dd/scripts", "path-conflict")]
+
+
+def test_operating_system_litter_in_uploads_is_skipped():
+    # given a zip made by macOS Finder: __MACOSX resource forks and .DS_Store files
+    data = make_zip(
+        [
+            ("demo/SKILL.md", skill_md("demo")),
+            ("demo/scripts/.DS_Store", b"\0\0\0\1Bud1"),
+            ("demo/scripts/run.sh", b"echo\n"),
+            ("__MACOSX/demo/._SKILL.md", b"\0\5\26\7"),
+        ]
+    )
+    [bundle], errors = bundles_from_archive(data, filename="demo.zip")
+    assert errors == []
+    assert [f.path for f in bundle.files] == ["SKILL.md", "scripts/run.sh"]
+
+
+def test_absolute_and_control_character_names_in_a_zip_are_refused():
+    data = make_zip(
+        [
+            ("demo/SKILL.md", skill_md("demo")),
+            (zipfile.ZipInfo("/tmp/evil.sh"), b"x"),
+            (zipfile.ZipInfo("demo/scripts/\x1b[2Jclear.sh"), b"x"),
+        ]
+    )
+    assert archive_problems(data, "x.zip") == [
+        ("/tmp/evil.sh", "path-absolute"),
+        ("demo/scripts/\\u001b[2Jclear.sh", "path-control-char"),
+    ]
+
+
+def test_fifo_entry_in_a_zip_is_refused():
+    fifo = zipfile.ZipInfo("demo/scripts/pipe")
+    fifo.create_system = 3
+    fifo.external_attr = (stat.S_IFIFO | 0o644) << 16
+    data = make_zip([("demo/SKILL.md", skill_md("demo")), (fifo, b"")])
+    assert archive_problems(data, "x.zip") == [("demo/scripts/pipe", "special-file")]
+
+
+def test_overlong_names_are_refused():
+    data = make_tar([tar_entry("demo/SKILL.md", skill_md("demo")), tar_entry(f"demo/{'n' * 256}")])
+    assert archive_problems(data, "x.tgz") == [(f"demo/{'n' * 256}", "path-too-long")]

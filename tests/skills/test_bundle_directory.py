@@ -260,3 +260,13 @@ def test_tree_without_skills_reports_it(tmp_path):
     bundles, errors = bundles_from_tree(tmp_path)
     assert bundles == []
     assert [(key, exc.rules) for key, exc in errors] == [(".", ["no-skills"])]
+
+
+def test_many_non_skill_files_next_to_a_skill_are_only_checked(tmp_path):
+    # given a skill (limit: 10 skill files) next to 40 output files of a run
+    directory = make_skill(tmp_path, "demo", {f"output/{i}.csv": b"1" for i in range(40)})
+
+    # when read, the output is looked at (for links) but does not count as skill files
+    bundle = bundle_from_directory(directory, limits=BundleLimits(max_archive_entries=10))
+    assert [f.path for f in bundle.files] == ["SKILL.md"]
+    assert [(f.path, f.rule) for f in bundle.findings] == [("output/", "path-not-allowed")]
