@@ -1,0 +1,164 @@
+"""Runs driven by real Celery worker processes, the LLM played by the local stub server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from runs.models import MotorRun, RunStatus, Signal, Step
+from runs.services import run_respond, run_start
+from tests.fixtures.llm import LLMStubServer, reply_text, reply_tools, tool_call
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _database_url() -> str:
+    params = connection.settings_dict
+    user = params.get("USER") or "postgres"
+    password = f":{params['PASSWORD']}" if params.get("PASSWORD") else ""
+    host = params.get("HOST") or "127.0.0.1"
+    port = params.get("PORT") or 5432
+    return f"postgres://{user}{password}@{host}:{port}/{params['NAME']}"
+
+
+@pytest.fixture
+def worker(llm_stub_server: LLMStubServer, tmp_path: Path) -> Iterator[subprocess.Popen]:
+    """One Celery worker (prefork, one child) on the test database and the stub LLM."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "LLM_BASE_URL": llm_stub_server.base_url,
+        "LLM_API_KEY": "stub",
+        "CELERY_TASK_ALWAYS_EAGER": "false",
+    }
+    log = (tmp_path / "worker.log").open("w")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool=prefork",
+            "--concurrency=1",
+            "--loglevel=INFO",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        yield process
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+
+
+def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _status(run_id: str) -> str:
+    return MotorRun.objects.filter(pk=run_id).values_list("status", flat=True).get()
+
+
+def test_a_worker_process_runs_the_loop_through_a_question_to_completion(
+    agent, llm_stub_server, worker, tmp_path
+):
+    # given a script: write a file, ask the user, then finish
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    llm_stub_server.add(
+        reply_tools(tool_call("write", {"path": "plan.txt", "content": "draft"}, call_id="w")),
+        reply_tools(tool_call("ask_user", {"question": "Ship it?"}, call_id="q")),
+        reply_text("Shipped."),
+    )
+    # when a run starts, the worker drives it until the question
+    run_id = run_start(
+        agent_id=agent.pk, task="Ship", tools=["write"], workspace=str(workspace), actor="t"
+    )["run_id"]
+    _wait_for(lambda: _status(run_id) == RunStatus.AWAITING_INPUT, "the question")
+    assert (workspace / "plan.txt").read_text() == "draft"
+    # and after the answer it finishes
+    run_respond(run_id=run_id, answer="yes", actor="t")
+    _wait_for(lambda: _status(run_id) == RunStatus.COMPLETED, "completion")
+    # then every call was recorded once, and the signals tell the story
+    assert list(Step.objects.filter(attempt__run_id=run_id).values_list("tool", "state")) == [
+        ("write", "done"),
+        ("ask_user", "done"),
+    ]
+    assert list(Signal.objects.filter(run_id=run_id).values_list("payload__status", flat=True)) == [
+        "awaiting_input",
+        "completed",
+    ]
+    assert len(llm_stub_server.requests) == 3
+    assert llm_stub_server.requests[2]["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "q",
+        "content": "yes",
+    }
+    run = MotorRun.objects.get(pk=run_id)
+    assert (run.result["summary"], run.lease_expires_at, run.redelivery_count) == (
+        "Shipped.",
+        None,
+        0,
+    )
+
+
+def test_sigkill_of_the_worker_during_a_tool_call_never_runs_that_call_twice(
+    agent, llm_stub_server, worker, tmp_path
+):
+    # given a run whose first call appends a line (the side effect) and then takes a while
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    program = (
+        "import time\nwith open('count.txt', 'a') as f:\n    f.write('ran\\n')\ntime.sleep(4)\n"
+    )
+    llm_stub_server.add(
+        reply_tools(tool_call("code", {"code": program}, call_id="c")),
+        reply_text("Counted."),
+    )
+    run_id = run_start(
+        agent_id=agent.pk, task="Count", tools=["code"], workspace=str(workspace), actor="t"
+    )["run_id"]
+    count = workspace / "count.txt"
+    # when the worker process executing the call is killed mid-call
+    _wait_for(lambda: count.exists() and count.read_text() == "ran\n", "the side effect")
+    owner = MotorRun.objects.filter(pk=run_id).values_list("lease_owner", flat=True).get()
+    pid = int(owner.split(":")[1])
+    os.kill(pid, signal.SIGKILL)
+    # then the redelivered slice (a new child) finishes the run without re-running the call
+    _wait_for(lambda: _status(run_id) == RunStatus.COMPLETED, "completion after the kill")
+    assert count.read_text() == "ran\n"
+    step = Step.objects.get(attempt__run_id=run_id)
+    assert (step.tool, step.state, step.result["error_code"]) == ("code", "done", "interrupted")
+    assert llm_stub_server.requests[1]["messages"][-1]["content"].startswith(
+        "ERROR (interrupted): "
+    )
+    assert MotorRun.objects.get(pk=run_id).result["summary"] == "Counted."
