@@ -469,8 +469,7 @@ class PolicyAdmin(admin.ModelAdmin):
         "status_badge",
         "domains",
         "credentials",
-        "approved_by",
-        "approved_at",
+        "approval",
         "updated_at",
     )
     list_display_links = ("skill_name",)
@@ -510,6 +509,19 @@ class PolicyAdmin(admin.ModelAdmin):
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: Policy) -> SafeString:
         return status_badge(obj.status)
+
+    @admin.display(description="approved", ordering="approved_at")
+    def approval(self, obj: Policy) -> str:
+        if obj.approved_at is None:
+            return "—"
+        who = obj.approved_by.get_username() if obj.approved_by else "(deleted user)"
+        return f"{who}, {obj.approved_at:%Y-%m-%d %H:%M}"
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {"title": "Skill policies: choose one to review", **(extra_context or {})}
+        return super().changelist_view(request, extra_context=context)
 
     @admin.display(description="allowed domains")
     def domains(self, obj: Policy) -> str:

@@ -17,6 +17,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from skills.bundle.paths import BIDI_CHARS, ZERO_WIDTH_CHARS
 from skills.models import PolicyStatus
 
 register = template.Library()
@@ -24,6 +25,23 @@ register = template.Library()
 SHORT_HASH_HEX = 12  # hex characters shown of a sha256 digest
 SAFE_LINK_SCHEMES = frozenset({"http", "https", "mailto"})
 _URL_IGNORED = re.compile(r"[\x00-\x20\x7f]")
+
+
+_HIDDEN_CHARS = re.compile("[" + "".join(sorted(BIDI_CHARS | ZERO_WIDTH_CHARS)) + "]")
+
+
+def reveal_hidden(text: str) -> str:
+    """Replace bidi-override and zero-width characters with a visible `⟦U+XXXX⟧` marker.
+
+    Such characters make text display differently from what it says (a reviewer would read
+    one thing while the motor reads another), so the console never renders them as-is.
+    """
+    return _HIDDEN_CHARS.sub(lambda m: f"⟦U+{ord(m.group(0)):04X}⟧", text)
+
+
+@register.filter(name="reveal_hidden")
+def reveal_hidden_filter(text: str) -> str:
+    return reveal_hidden(text or "")
 
 
 @register.filter
@@ -102,7 +120,7 @@ class _SafeMarkdownExtension(markdown.extensions.Extension):
 def render_markdown(text: str) -> SafeString:
     """Markdown → HTML with raw HTML escaped, unsafe links removed and images defanged."""
     html = markdown.markdown(
-        text,
+        reveal_hidden(text),
         extensions=["fenced_code", "tables", "sane_lists", _SafeMarkdownExtension()],
         output_format="html",
     )
@@ -118,7 +136,7 @@ def markdown_filter(text: str) -> SafeString:
 def diff_lines(diff_text: str) -> list[tuple[str, str]]:
     """Split a unified diff into (css class, line) pairs for colouring."""
     out: list[tuple[str, str]] = []
-    for line in (diff_text or "").splitlines():
+    for line in reveal_hidden(diff_text or "").splitlines():
         if line.startswith(("+++", "---")):
             css = "mc-diff-file"
         elif line.startswith("@@"):
@@ -139,3 +157,33 @@ def get_item(mapping: object, key: str) -> object:
     if isinstance(mapping, dict):
         return mapping.get(key)
     return None
+
+
+def _short(value: object) -> str:
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+@register.filter
+def format_changes(changes: object) -> list[str]:
+    """An audit row's `changes` as readable lines ("allowed_domains: [] → [api.x.com]").
+
+    Credential entries only ever hold names and "[set]" (the services never store values).
+    """
+    if not isinstance(changes, dict):
+        return [] if not changes else [str(changes)]
+    lines: list[str] = []
+    for key, value in changes.items():
+        if isinstance(value, dict) and set(value) == {"from", "to"}:
+            lines.append(f"{key}: {_short(value['from'])} → {_short(value['to'])}")
+        elif key == "credential_values" and isinstance(value, dict):
+            parts = []
+            if value.get("set"):
+                parts.append("set " + ", ".join(f"{n} [set]" for n in value["set"]))
+            if value.get("cleared"):
+                parts.append("cleared " + ", ".join(value["cleared"]))
+            lines.append(f"credential values: {'; '.join(parts)}")
+        else:
+            lines.append(f"{key}: {_short(value)}")
+    return lines
