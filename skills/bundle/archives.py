@@ -152,6 +152,7 @@ class _Collected:
     def read_stream(self, norm: str, declared: int, handle: IO[bytes] | None) -> None:
         """Unpack one entry in chunks, enforcing its declared size and the archive caps."""
         if handle is None:
+            self.problems.append(Problem(norm, "archive-corrupt", "entry data cannot be read"))
             raise _Stop
         chunks = []
         got = 0

@@ -133,15 +133,21 @@ def scan_directory(path: Path, *, limits: BundleLimits) -> ScanResult:
                             )
                         )
                         return result
-                    if prefix == "" and entry.name == BASELINE_FILE:
-                        st = entry.stat(follow_symlinks=False)
-                        if stat.S_ISREG(st.st_mode):
-                            continue
+                    if (
+                        prefix == ""
+                        and entry.name == BASELINE_FILE
+                        and entry.is_file(follow_symlinks=False)
+                    ):
+                        continue
                     norm, path_problems = check_path(rel)
                     if path_problems:
                         problems.extend(path_problems)
                         continue
-                    st = entry.stat(follow_symlinks=False)
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:  # vanished or unreadable since the listing
+                        problems.append(Problem(norm, "unreadable", "cannot be examined"))
+                        continue
                     mode = st.st_mode
                     if stat.S_ISLNK(mode):
                         try:
@@ -180,8 +186,11 @@ def scan_directory(path: Path, *, limits: BundleLimits) -> ScanResult:
                             continue
                         kind = classify(norm)
                         if kind == "policy":
-                            data = _read_at(dir_fd, entry.name, st, limits.max_file_bytes)
-                            result.policy_raw = data if data is not None else b""
+                            # Information only: an unreadable or oversized one is just left out.
+                            if st.st_size <= limits.max_file_bytes:
+                                result.policy_raw = _read_at(
+                                    dir_fd, entry.name, st, limits.max_file_bytes
+                                )
                         elif kind == "content":
                             if len(result.sizes) >= limits.max_archive_entries:
                                 problems.append(

@@ -100,7 +100,7 @@ _SHELL_ASSIGNED = [
 # `read [-opts] NAME...` up to the end of the command; every bare word there counts as assigned.
 _SHELL_READ = re.compile(r"\bread\b([^;&|\n]*)")
 _BARE_WORD = re.compile(r"(?<![-\w$])([A-Za-z_][A-Za-z0-9_]*)")
-_URL = re.compile(r"(?i)\bhttps?://[^\s<>\"'`\\)\]}|^]+")
+_URL = re.compile(r"(?i)(?<![A-Za-z0-9])https?://[^\s<>\"'`\\(){}\[\]|^]+")
 _HOST_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)+$")
 
 _MAX_FINDINGS_PER_RULE_PER_FILE = 10
@@ -403,7 +403,7 @@ def _domains(path: str, text: str) -> tuple[set[str], list[Finding]]:
     hosts: set[str] = set()
     findings: list[Finding] = []
     for match in _URL.finditer(text):
-        url = match.group(0).rstrip(".,;:!?*")
+        url = match.group(0).rstrip(".,;:!?*_~")  # sentence and markdown emphasis ends
         try:
             raw_host = urlsplit(url).hostname
         except ValueError:
