@@ -503,3 +503,60 @@ def test_skill_and_version_pages_are_read_only_views(approver: User, policy: Pol
     assert "scripts/forecast.py" in version_html
     assert version.content_hash in version_html
     assert 'name="_save"' not in version_html
+
+
+def test_run_review_button_reviews_a_policy_that_needs_reapproval(
+    approver: User, policy: Policy
+) -> None:
+    # given a policy in needs_reapproval (a second agent onboarding an approved skill)
+    approve_with_services(policy, approver)
+    second = make_agent("ranger")
+    skill_load_for_execution(name="weather-report", agent=second)
+    other = Policy.objects.get(skill=policy.skill, agent=second)
+    client = logged_in(approver)
+    assert 'id="btn-review"' in client.get(review_url(other)).content.decode()
+
+    # when "Run review" is pressed
+    response = client.post(review_url(other), {"action": "review"}, follow=True)
+
+    # then the facts are stored for the current content and the status is reviewed
+    assert "Review facts computed for the current version." in response.content.decode()
+    other.refresh_from_db()
+    assert other.status == PolicyStatus.REVIEWED
+    assert other.reviewed_hash == policy.skill.current_version.content_hash
+    assert other.review_facts["referenced_domains"] == [
+        "api.open-meteo.com",
+        "get.weather-tools.dev",
+    ]
+
+
+def test_editing_an_approved_policy_keeps_it_approved(approver: User, policy: Policy) -> None:
+    # given an approved policy
+    approve_with_services(policy, approver)
+    client = logged_in(approver)
+
+    # when its domains and tools are edited in the console
+    response = client.post(
+        review_url(policy),
+        {
+            "action": "save",
+            "allowed_domains": "api.open-meteo.com, *.open-meteo.com",
+            "tools": ["bash", "fetch"],
+            "dependencies": "requests",
+        },
+        follow=True,
+    )
+
+    # then the edit is saved and audited, and the approval stands
+    assert "Policy saved; the status is unchanged." in response.content.decode()
+    policy.refresh_from_db()
+    assert policy.status == PolicyStatus.APPROVED
+    assert policy.allowed_domains == ["api.open-meteo.com", "*.open-meteo.com"]
+    assert policy.tools == ["bash", "fetch"]
+    assert policy.dependencies == ["requests"]
+    event = PolicyAuditEvent.objects.get(policy=policy, action=AuditAction.POLICY_UPDATED)
+    assert (event.from_status, event.to_status, event.actor_id) == (
+        PolicyStatus.APPROVED,
+        PolicyStatus.APPROVED,
+        approver.pk,
+    )
