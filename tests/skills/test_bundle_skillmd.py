@@ -302,3 +302,9 @@ def test_pasted_skill_has_no_directory_to_match_and_keeps_its_bytes():
     assert bundle.body == "Do things.\n"
     assert [(f.path, f.data) for f in bundle.files] == [("SKILL.md", text.encode())]
     assert bundle.declared_policy is None
+
+
+def test_pasted_text_with_lone_surrogates_is_refused_as_bad_encoding():
+    assert refused(lambda: bundle_from_pasted("---\nname: x\ud800\n---\n")) == [
+        ("SKILL.md", "skill-md-encoding")
+    ]
