@@ -185,6 +185,10 @@ def _check_value(tool: str, key: str, schema: Mapping[str, Any], value: object) 
             raise _InvalidArgs(f"{where} must be one of {', '.join(schema['enum'])}")
         if len(value) < int(schema.get("minLength", 0)):
             raise _InvalidArgs(f"{where} must not be empty")
+        if "maxLength" in schema and len(value) > schema["maxLength"]:
+            raise _InvalidArgs(
+                f"{where} is {len(value)} characters long; the limit is {schema['maxLength']}"
+            )
     elif kind == "integer":
         if isinstance(value, bool) or not isinstance(value, int):
             raise _InvalidArgs(f"{where} must be an integer")

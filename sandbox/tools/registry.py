@@ -87,7 +87,7 @@ TOOLS: dict[str, ToolSpec] = {
                 "30 s with it. Credentials granted to the run are environment variables "
                 "(os.environ['NAME'])."
             ),
-            parameters={"code": _s("The complete Python program to run.")},
+            parameters={"code": _s("The complete Python program to run.", maxLength=1_000_000)},
             required=("code",),
             idempotent=False,  # with network it may have sent something; see is_idempotent
             provenance="internal",
@@ -103,7 +103,7 @@ TOOLS: dict[str, ToolSpec] = {
                 '/workspace. Write credentials as "<credential:NAME>" inside double quotes. '
                 "Output is limited to 10 KB, time to 60 s."
             ),
-            parameters={"command": _s("The shell command line.")},
+            parameters={"command": _s("The shell command line.", maxLength=65_536)},
             required=("command",),
             idempotent=False,
             provenance="internal",

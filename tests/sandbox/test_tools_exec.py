@@ -355,3 +355,14 @@ def test_many_small_files_past_the_quota_are_stopped_as_too_large(
     assert (result.ok, result.error_code) == (False, ErrorCode.TOO_LARGE)
     assert result.output == "the workspace went over its disk quota; the command was killed"
     assert len(list((tmp_path / "many").iterdir())) < 100
+
+
+def test_an_oversized_command_is_refused_before_it_runs(session: Session, ws: Path) -> None:
+    command = "echo x > made.txt; echo " + "a" * 70_000
+    result = run(session, "bash", command=command)
+    assert (result.ok, result.error_code, result.output) == (
+        False,
+        ErrorCode.INVALID_ARGS,
+        "bash: argument 'command' is 70024 characters long; the limit is 65536",
+    )
+    assert not (ws / "made.txt").exists()

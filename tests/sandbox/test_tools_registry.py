@@ -37,7 +37,13 @@ def test_schemas_cover_only_the_granted_tools() -> None:
     assert bash["type"] == "function"
     assert bash["function"]["parameters"] == {
         "type": "object",
-        "properties": {"command": {"type": "string", "description": "The shell command line."}},
+        "properties": {
+            "command": {
+                "type": "string",
+                "description": "The shell command line.",
+                "maxLength": 65536,
+            }
+        },
         "required": ["command"],
         "additionalProperties": False,
     }
