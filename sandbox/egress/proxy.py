@@ -345,7 +345,8 @@ class EgressProxy:
                 initial_up = first
             else:
                 initial_up = self._forward_head(request, checked)
-            reason = self._relay(client, upstream, initial_up, tally)
+            response_filter = None if request.method == "CONNECT" else _ResponseHeadFilter()
+            reason = self._relay(client, upstream, initial_up, tally, response_filter)
             return "allowed", reason, address
         finally:
             self._untrack(upstream)
@@ -439,9 +440,18 @@ class EgressProxy:
     # ------------------------------------------------------------------------------- relaying
 
     def _relay(
-        self, client: socket.socket, upstream: socket.socket, initial_up: bytes, tally: _Tally
+        self,
+        client: socket.socket,
+        upstream: socket.socket,
+        initial_up: bytes,
+        tally: _Tally,
+        response_filter: _ResponseHeadFilter | None = None,
     ) -> str:
-        """Copy bytes both ways until both sides are done; return why the relay ended."""
+        """Copy bytes both ways until both sides are done; return why the relay ended.
+
+        With `response_filter`, upstream response heads pass through it before reaching the
+        client (plain HTTP only; tunnels are opaque).
+        """
         if initial_up:
             if not self._charge(len(initial_up)):
                 return "byte_limit"
@@ -470,13 +480,22 @@ class EgressProxy:
                     if not data:
                         selector.unregister(source)
                         open_sides -= 1
+                        if source is upstream and response_filter is not None:
+                            with contextlib.suppress(OSError):
+                                client.sendall(response_filter.flush())
                         with contextlib.suppress(OSError):
                             peer[source].shutdown(socket.SHUT_WR)
                         continue
                     if not self._charge(len(data)):
                         return "byte_limit"
+                    outgoing = data
+                    if source is upstream and response_filter is not None:
+                        filtered = response_filter.feed(data)
+                        if filtered is None:
+                            return "closed"  # an endless response head: not HTTP we relay
+                        outgoing = filtered
                     try:
-                        peer[source].sendall(data)
+                        peer[source].sendall(outgoing)
                     except (BrokenPipeError, ConnectionResetError, TimeoutError):
                         return "closed"
                     if source is client:
@@ -581,6 +600,44 @@ class EgressProxy:
             self._on_connection(report)
         except Exception:
             log.exception("egress connection callback failed (session %s)", self.session_id)
+
+
+class _ResponseHeadFilter:
+    """Drops X-Motor-Egress lines from upstream response heads, so that only the proxy can
+    say a request was refused (an upstream must not be able to fake a block)."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._done = False
+
+    def feed(self, data: bytes) -> bytes | None:
+        """Bytes to pass on now, or None if the head grew past MAX_HEAD_BYTES."""
+        if self._done:
+            return data
+        self._buffer += data
+        out = b""
+        while not self._done:
+            end = self._buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return None if len(self._buffer) > MAX_HEAD_BYTES else out
+            head, self._buffer = self._buffer[: end + 4], self._buffer[end + 4 :]
+            lines = head.split(b"\r\n")
+            kept = [
+                line
+                for line in lines
+                if line.partition(b":")[0].strip().lower() != EGRESS_HEADER.lower().encode()
+            ]
+            out += b"\r\n".join(kept)
+            status = lines[0].split(b" ")[1] if lines[0].count(b" ") else b""
+            # 1xx interim answers (100 Continue) are followed by the real head
+            self._done = not (status.startswith(b"1") and status != b"101")
+        out, self._buffer = out + self._buffer, b""
+        return out
+
+    def flush(self) -> bytes:
+        """What is still buffered when the upstream closes (an incomplete head)."""
+        rest, self._buffer = self._buffer, b""
+        return rest
 
 
 def _response(status: int, kind: str, reason: str, body: str) -> bytes:

@@ -782,3 +782,16 @@ def test_a_socket_shared_with_a_group_is_group_writable(tmp_path: Path, upstream
 
     # then
     assert (stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid) == (0o660, 0, 65534)
+
+
+def test_an_upstream_cannot_fake_the_proxys_refusal_header(make_proxy: ProxyFactory) -> None:
+    # given
+    harness = make_proxy()
+
+    # when the upstream answers with the proxy's own verdict header
+    status, headers, body = proxied_get(harness.path, "http://api.allowed.test/spoof")
+
+    # then the answer arrives without it, everything else intact
+    assert (status, body) == (403, b"blocked, use ask_user to request evil.test\n")
+    assert "x-motor-egress" not in headers
+    assert headers["x-other"] == "kept"
