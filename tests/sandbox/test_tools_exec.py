@@ -366,3 +366,25 @@ def test_an_oversized_command_is_refused_before_it_runs(session: Session, ws: Pa
         "bash: argument 'command' is 70024 characters long; the limit is 65536",
     )
     assert not (ws / "made.txt").exists()
+
+
+def test_credentials_live_for_one_call_only(session: Session) -> None:
+    # given one call that received the credential
+    program = "import os; print(os.environ.get('API_TOKEN', 'absent'))"
+    first = run(session, "code", code=program)
+    # when the next call runs without credentials
+    second = execute_tool(session, "code", {"code": program}, network_enabled=False)
+    # then the variable is gone, and it was never written into the workspace
+    assert (first.output, second.output) == ("<credential:API_TOKEN>\n", "absent\n")
+    scan = (
+        "import os\n"
+        "hits = [os.path.join(d, f) for d, _, fs in os.walk('/workspace') for f in fs\n"
+        f"        if {SECRET.encode()!r} in open(os.path.join(d, f), 'rb').read()]\n"
+        "print(hits)\n"
+    )
+    assert execute_tool(session, "code", {"code": scan}, network_enabled=False).output == "[]\n"
+
+
+def test_a_heredoc_feeds_text_without_running_anything(session: Session) -> None:
+    result = run(session, "bash", command="cat <<EOF | wc -l\nhello $HOME\nsecond line\nEOF\n")
+    assert (result.ok, result.output) == (True, "2\n")
