@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
@@ -189,6 +190,45 @@ class RollbackForm(forms.Form):
         field.label_from_instance = lambda v: (  # type: ignore[method-assign]
             f"v{v.number} — {short_hash(v.content_hash)} — {v.created_at:%Y-%m-%d %H:%M}"
         )
+
+
+class SkillImportForm(forms.Form):
+    """Paste a SKILL.md or upload an archive of one or more skills; nothing is executed."""
+
+    agent = forms.ModelChoiceField(
+        # The agent model is reached through the policy's foreign key: skills never imports
+        # the cognition app (dependency direction).
+        queryset=Policy._meta.get_field("agent").related_model._default_manager.order_by("name"),
+        required=False,
+        help_text="Gets a policy in pending review. Leave empty to install without a policy.",
+    )
+    skill_md = forms.CharField(
+        required=False,
+        label="Paste a SKILL.md",
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false"}),
+    )
+    archive = forms.FileField(
+        required=False,
+        label="or upload an archive",
+        help_text=".zip, .tar.gz, .tgz or .tar holding one skill directory or several.",
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        pasted = bool((data.get("skill_md") or "").strip())
+        upload = data.get("archive")
+        if pasted == bool(upload):
+            raise forms.ValidationError(
+                "Give either a pasted SKILL.md or an archive (one of them)."
+            )
+        limit = settings.MOTOR_SKILL_MAX_TOTAL_BYTES
+        if upload is not None and upload.size > limit:
+            raise forms.ValidationError(
+                f"{upload.name}: {upload.size} bytes is more than the {limit}-byte limit of one "
+                "import (MOTOR_SKILL_MAX_TOTAL_BYTES)."
+            )
+        return data
 
 
 # --- review page data ------------------------------------------------------------------------
@@ -424,6 +464,76 @@ class SkillAdmin(admin.ModelAdmin):
                 for p in policies
             ),
         )
+
+    def get_urls(self) -> list[URLPattern]:
+        custom = [
+            path(
+                "import/",
+                self.admin_site.admin_view(self.import_view),
+                name="skills_skill_import",
+            )
+        ]
+        return custom + super().get_urls()
+
+    def _may_import(self, request: HttpRequest) -> bool:
+        # The standard add form is hidden (content never comes from a model form); importing
+        # is what the add permission grants.
+        return request.user.has_perm("skills.add_skill")
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {"may_import": self._may_import(request), **(extra_context or {})}
+        return super().changelist_view(request, extra_context=context)
+
+    def import_view(self, request: HttpRequest) -> HttpResponse:
+        if not self._may_import(request):
+            raise PermissionDenied
+        form = SkillImportForm(request.POST or None, request.FILES or None)
+        if request.method == "POST" and form.is_valid():
+            agent = form.cleaned_data["agent"]
+            upload = form.cleaned_data["archive"]
+            try:
+                if upload is not None:
+                    results = services.skill_import_archive(
+                        data=upload.read(), filename=upload.name, actor=_actor(request), agent=agent
+                    )
+                else:
+                    results = [
+                        services.skill_import_pasted(
+                            text=form.cleaned_data["skill_md"],
+                            actor=_actor(request),
+                            agent=agent,
+                            source="pasted in the admin",
+                        )
+                    ]
+            except SkillError as exc:
+                messages.error(request, f"Nothing was imported: {exc.message}")
+            else:
+                for result in results:
+                    state = (
+                        f"{PolicyStatus(result.policy.status).label.lower()} for {agent.name}"
+                        if result.policy is not None
+                        else "no agent policy"
+                    )
+                    verb = "new version" if result.version_created else "unchanged"
+                    messages.success(
+                        request,
+                        f"Installed {result.skill.name} v{result.version.number} ({verb}; {state}).",
+                    )
+                policies = [r.policy for r in results if r.policy is not None]
+                if len(policies) == 1:
+                    return HttpResponseRedirect(
+                        reverse("admin:skills_policy_review", args=[policies[0].pk])
+                    )
+                return HttpResponseRedirect(reverse("admin:skills_skill_changelist"))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Import skills",
+            "opts": self.model._meta,
+            "form": form,
+        }
+        return TemplateResponse(request, "admin/skills/skill/import.html", context)
 
     def get_deleted_objects(
         self, objs: Sequence[Skill] | QuerySet[Skill], request: HttpRequest
