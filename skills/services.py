@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -378,6 +379,14 @@ def _is_domain(value: str) -> bool:
     return "." in candidate and not candidate.endswith(".")
 
 
+_CREDENTIAL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+
+
+def _is_credential_name(name: object) -> bool:
+    """1-100 ASCII letters, digits and underscores, not starting with a digit (an env name)."""
+    return isinstance(name, str) and _CREDENTIAL_NAME_RE.fullmatch(name) is not None
+
+
 def _string_list(field_name: str, value: Any, *, source: str) -> list[str]:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise PolicyValidationError(
@@ -406,11 +415,11 @@ def _validated_policy_fields(fields: Mapping[str, Any], *, source: str) -> dict[
         out["allowed_domains"] = domains
     if "required_credentials" in fields:
         names = _string_list("required_credentials", fields["required_credentials"], source=source)
-        bad = [n for n in names if not n or len(n) > 100 or not n.replace("_", "a").isalnum()]
+        bad = [n for n in names if not _is_credential_name(n)]
         if bad:
             raise PolicyValidationError(
                 f"{source}: required_credentials contains {bad[0]!r}; names are 1-100 "
-                "characters of letters, digits and underscores.",
+                "ASCII letters, digits and underscores, not starting with a digit.",
                 details={
                     "field": "required_credentials",
                     "rule": "credential_name",
@@ -452,7 +461,7 @@ def _merge_pending_credentials(
     merged: list[str] = []
     dropped: list[str] = []
     for name, value in sorted(pending.items()):
-        if not isinstance(value, str) or not value:
+        if not isinstance(value, str) or not value or not _is_credential_name(name):
             dropped.append(name)
             continue
         if policy_is_new and name not in required:
@@ -922,6 +931,10 @@ def skill_load_for_execution(*, name: str, agent: Model, actor: Actor | None = N
     - An agent without a policy gets one in needs_reapproval (onboarding, seed 000 Scenario 5).
     - A policy that is not approved is returned as it is; `LoadedSkill.approved` tells the caller
       whether the policy defaults may be used.
+
+    Call it outside any transaction of your own: the demotion is committed by this function's
+    own block before the error is raised, but an enclosing transaction that is rolled back
+    because of the error would undo it.
     """
     actor = actor or Actor.system("load")
     mismatch: SkillHashMismatch | None = None
