@@ -40,6 +40,11 @@ SPEC_FIELDS = frozenset(
 )
 #: Largest number of YAML values copied out of one frontmatter (guards alias bombs).
 MAX_FRONTMATTER_NODES = 10_000
+#: Largest frontmatter (characters) and flow-collection nesting accepted. PyYAML's pure-Python
+#: scanner slows down sharply with nesting, so both are bounded before it runs; real
+#: frontmatter is a few hundred bytes and two or three levels deep.
+MAX_FRONTMATTER_CHARS = 65_536
+MAX_FLOW_DEPTH = 32
 
 _FENCE = re.compile(r"^---[ \t]*$")
 
@@ -103,8 +108,31 @@ def _json_safe(value: Any, budget: list[int]) -> Any:
     return value
 
 
+def _flow_depth(text: str) -> int:
+    """Deepest nesting of flow brackets outside quotes (an upper bound of what YAML sees)."""
+    depth = deepest = 0
+    quote = ""
+    for ch in text:
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        elif ch == "\n":
+            quote = ""
+    return deepest
+
+
 def _load_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise _TooComplex from None
 
 
 _UNQUOTED_COLON_VALUE = re.compile(
@@ -178,8 +206,24 @@ def parse_skill_md(data: bytes | str) -> ParsedSkillMd:
     yaml_text = "\n".join(lines[first + 1 : end])
     body = "\n".join(lines[end + 1 :])
 
+    if len(yaml_text) > MAX_FRONTMATTER_CHARS:
+        raise fail(
+            "frontmatter-too-large",
+            f"frontmatter is {len(yaml_text):,} characters; the limit is {MAX_FRONTMATTER_CHARS:,}",
+        )
+    if _flow_depth(yaml_text) > MAX_FLOW_DEPTH:
+        raise fail(
+            "yaml-too-complex",
+            f"frontmatter nests '[' / '{{' more than {MAX_FLOW_DEPTH} levels deep",
+        )
+    too_complex = fail(
+        "yaml-too-complex",
+        f"frontmatter nests too deeply or expands to more than {MAX_FRONTMATTER_NODES} values",
+    )
     try:
         loaded = _load_yaml(yaml_text)
+    except _TooComplex:
+        raise too_complex from None
     except _DuplicateKey as dup:
         raise fail(
             "yaml-duplicate-key",
@@ -191,7 +235,7 @@ def parse_skill_md(data: bytes | str) -> ParsedSkillMd:
         if repaired is not None:
             try:
                 loaded = _load_yaml(repaired)
-            except (yaml.YAMLError, _DuplicateKey):
+            except (yaml.YAMLError, _DuplicateKey, _TooComplex):
                 repaired = None
         if repaired is None:
             mark = getattr(exc, "problem_mark", None)
@@ -216,10 +260,7 @@ def parse_skill_md(data: bytes | str) -> ParsedSkillMd:
     try:
         frontmatter = _json_safe(loaded, [MAX_FRONTMATTER_NODES])
     except (_TooComplex, RecursionError):
-        raise fail(
-            "yaml-too-complex",
-            f"frontmatter expands to more than {MAX_FRONTMATTER_NODES} values",
-        ) from None
+        raise too_complex from None
     return ParsedSkillMd(frontmatter=frontmatter, body=body, findings=findings)
 
 
