@@ -1,10 +1,10 @@
 """State changes of the skills app: installation, extraction, review, approval, rollback, edits.
 
-Every function is keyword-only, takes an `actor` and runs inside `transaction.atomic()`: it locks
-the rows it changes (always the `Skill` row before any `Policy` row, so two services never wait on
-each other in opposite order), calls a django-fsm transition, saves and writes a
-`PolicyAuditEvent` in the same transaction. A refused operation raises a `skills.errors` error and
-leaves the database as it was.
+Every state-changing function is keyword-only, takes an `actor` and runs inside
+`transaction.atomic()`: it locks the rows it changes (always the `Skill` row before any `Policy`
+row, so two services never wait on each other in opposite order), calls a django-fsm transition,
+saves and writes a `PolicyAuditEvent` in the same transaction. A refused operation raises a
+`skills.errors` error and leaves the database as it was.
 
 Decisions worth knowing:
 - Policies are per (skill, agent). Installing content *with* an agent creates or resets that
