@@ -284,3 +284,27 @@ def test_verify_detects_a_tampered_file_row():
     assert len(lines) == 2
     assert lines[0].startswith("beta v1 scripts/x.sh: recorded 8 bytes sha256 ")
     assert lines[1].startswith(f"beta v1: recorded {bad.version.content_hash}, files hash to ")
+
+
+def test_exported_skills_import_back_without_approval(
+    tmp_path: Path, agent, other_agent, approver_actor
+):
+    # given an approved skill exported for its agent
+    result = skill_install_bundle(
+        bundle=make_bundle("mailer"), actor=Actor.system("t"), agent=agent
+    )
+    policy_update(policy=result.policy, actor=approver_actor, allowed_domains=["api.agentmail.to"])
+    policy_review(policy=result.policy, actor=approver_actor)
+    policy_approve(policy=result.policy, actor=approver_actor)
+    _call("export_skills", str(tmp_path), "--agent", "main")
+
+    # when the export is imported for another agent
+    out, _ = _call("import_skills", str(tmp_path), "--agent", "helper")
+
+    # then the content is unchanged and the other agent's policy is a proposal, not an approval
+    assert "mailer: unchanged (v1" in out
+    helper = Policy.objects.get(agent=other_agent)
+    assert helper.status == PolicyStatus.PENDING_REVIEW
+    assert helper.allowed_domains == ["api.agentmail.to"]
+    assert helper.approved_content_hash == ""
+    assert Policy.objects.get(agent=agent).status == PolicyStatus.APPROVED
