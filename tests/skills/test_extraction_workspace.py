@@ -265,3 +265,38 @@ def test_prepare_refuses_tampered_content(approved_mailer, tmp_path):
     with pytest.raises(SkillHashMismatch):
         skill_prepare_workspace(version=approved_mailer.version, workspace=tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_symlink_in_one_skill_fails_only_that_skill(agent, tmp_path):
+    # given two new skills, one with a link to /etc/passwd
+    write_skill(tmp_path, "good")
+    bad = write_skill(tmp_path, "bad", {"references/ok.md": "fine"})
+    (bad / "references" / "passwd.md").symlink_to("/etc/passwd")
+
+    # when
+    result = skills_extract_from_workspace(
+        workspace=tmp_path, run_id=1, agent=agent, pending_credentials={}
+    )
+
+    # then
+    assert result["created"] == ["good"]
+    assert [f["name"] for f in result["failed"]] == ["bad"]
+    assert "references/passwd.md" in result["failed"][0]["reason"]
+    assert "[symlink]" in result["failed"][0]["reason"]
+    assert list(Skill.objects.values_list("name", flat=True)) == ["good"]
+
+
+def test_missing_baseline_with_identical_content_causes_no_churn(approved_mailer, agent, tmp_path):
+    # given a prepared workspace whose baseline the run deleted, files untouched
+    skill_prepare_workspace(version=approved_mailer.version, workspace=tmp_path)
+    (tmp_path / ".motor-baseline.json").unlink()
+
+    # when
+    result = skills_extract_from_workspace(
+        workspace=tmp_path, run_id=5, agent=agent, pending_credentials={}
+    )
+
+    # then every file counted as new, but the content is the current version: nothing changes
+    assert result == {"created": [], "updated": [], "unchanged": ["mailer"], "failed": []}
+    assert SkillVersion.objects.count() == 1
+    assert Policy.objects.get(pk=approved_mailer.policy.pk).status == PolicyStatus.APPROVED
