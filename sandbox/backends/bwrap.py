@@ -40,6 +40,7 @@ import secrets
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import threading
@@ -131,9 +132,7 @@ def _private_dir(path: Path, mode: int = 0o711) -> Path:
     except FileExistsError:
         pass
     st = os.lstat(path)
-    import stat as _stat
-
-    if not _stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         raise SandboxError(f"runtime directory {path} is not a directory owned by this user")
     if st.st_mode & 0o022:
         os.chmod(path, mode)
@@ -199,14 +198,22 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _chown_tree(root: Path, uid: int, gid: int) -> None:
+def _chown_tree(root: Path, uid: int, gid: int, sandbox_uids: range) -> None:
     """Give the whole workspace to the sandbox uid without ever following a symlink (fd-relative
-    walk, so a swapped path cannot redirect the chown outside the tree)."""
+    walk, so a swapped path cannot redirect the chown outside the tree). A regular file with
+    several hard links that no sandbox uid owns is left alone: one of its other names may lie
+    outside the workspace."""
     os.chown(root, uid, gid, follow_symlinks=False)
     for _dirpath, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
         for name in dirnames + filenames:
-            with contextlib.suppress(FileNotFoundError):
+            try:
+                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_uid not in sandbox_uids:
+                    logger.warning("not chowning multiply-linked workspace file %s", name)
+                    continue
                 os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
 
 
 def _data_fd(text: str) -> int:
@@ -544,9 +551,7 @@ class BwrapBackend:
             st = os.lstat(workspace)
         except OSError as exc:
             raise SandboxError(f"workspace {workspace} is not usable: {exc.strerror}") from exc
-        import stat as _stat
-
-        if not _stat.S_ISDIR(st.st_mode):
+        if not stat.S_ISDIR(st.st_mode):
             raise SandboxError(f"workspace {workspace} is not a directory (symlinks are refused)")
         for host_path, inside in spec.readonly_mounts:
             if not inside.startswith("/") or inside.rstrip("/") in (
@@ -574,7 +579,7 @@ class BwrapBackend:
             if os.geteuid() == 0:
                 lease = _UidLease.acquire(self._uids, _private_dir(root / "uids", 0o700))
                 host_uid = host_gid = lease.uid
-                _chown_tree(workspace, host_uid, host_gid)
+                _chown_tree(workspace, host_uid, host_gid, self._uids)
             else:
                 host_uid, host_gid = os.geteuid(), os.getegid()
 

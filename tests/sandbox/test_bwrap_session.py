@@ -522,3 +522,23 @@ def test_workspace_quota_caps_a_single_big_file_and_allows_cleanup(
     again = session.exec(ExecRequest(argv=["sh", "-c", "echo fine > /workspace/ok"]))
     assert again.exit_code == 0
     assert (workspace / "ok").read_text() == "fine\n"
+
+
+def test_hard_link_to_an_outside_file_is_not_handed_to_the_sandbox(
+    open_sandbox: SandboxFactory, workspace: Path, tmp_path: Path
+) -> None:
+    # given a root-owned file outside the workspace that also has a name inside it
+    outside = tmp_path / "outside.txt"
+    outside.write_text("host data")
+    os.chmod(outside, 0o600)
+    os.link(outside, workspace / "linked.txt")
+    (workspace / "own.txt").write_text("mine")
+    # when a session opens on the workspace (which hands the workspace to the sandbox uid)
+    session = open_sandbox(workspace=workspace)
+    assert isinstance(session, BwrapSession)
+    write = session.exec(ExecRequest(argv=["sh", "-c", "echo pwned > /workspace/linked.txt"]))
+    # then the multiply-linked file kept its owner and bytes; ordinary files were handed over
+    assert outside.stat().st_uid == 0
+    assert write.exit_code != 0
+    assert outside.read_text() == "host data"
+    assert (workspace / "own.txt").stat().st_uid == session.host_uid
