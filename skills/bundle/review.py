@@ -5,8 +5,12 @@ trusted. A reviewer sees these facts before deciding, and the sandbox still enfo
 
 **Credentials** (names of environment variables / vault entries the files use):
 
-* ``process.env.X``, ``process.env["X"]``, ``process.env['X']`` (JavaScript/TypeScript)
-* ``os.environ["X"]``, ``os.environ['X']``, ``os.environ.get("X")``, ``os.getenv("X")`` (Python)
+* ``process.env.X``, ``process.env["X"]``, ``process.env['X']``, ``const { X } = process.env``
+  (JavaScript/TypeScript; also ``Bun.env`` and ``Deno.env.get("X")``)
+* ``os.environ["X"]``, ``os.environ['X']``, ``os.environ.get("X")``, ``os.getenv("X")`` (Python,
+  with or without the ``os.`` prefix)
+* ``os.Getenv("X")`` (Go), ``env::var("X")`` (Rust), ``System.getenv("X")`` (Java),
+  ``ENV["X"]`` / ``ENV.fetch("X")`` (Ruby)
 * ``${X}`` / ``${X:-default}`` and ``$X`` inside fenced ``bash``/``sh``/``zsh``/``shell``
   blocks, and in whole shell scripts (``*.sh``/``*.bash``/``*.zsh`` or a ``#!…sh`` shebang).
   Shell references count only for UPPERCASE names (lowercase shell names are local variables
@@ -80,13 +84,25 @@ _SHELL_SUFFIXES = (".sh", ".bash", ".zsh")
 _SHEBANG = re.compile(r"^#!\s*\S*?(?:/env\s+)?(?:ba|z|da|k)?sh\b")
 _FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^\s`{]*)")
 
+_NAME = r"([A-Za-z_][A-Za-z0-9_]*)"
+_QUOTED = r"\s*[\"'`]" + _NAME + r"[\"'`]"
 _ENV_PATTERNS = [
-    re.compile(r"\bprocess\.env\.([A-Za-z_][A-Za-z0-9_]*)"),
-    re.compile(r"\bprocess\.env\[\s*[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']\s*\]"),
-    re.compile(r"\bos\.environ\[\s*[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']\s*\]"),
-    re.compile(r"\bos\.environ\.get\(\s*[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']"),
-    re.compile(r"\bos\.getenv\(\s*[\"']([A-Za-z_][A-Za-z0-9_]*)[\"']"),
+    # JavaScript / TypeScript (Node, Bun, Deno)
+    re.compile(r"\b(?:process|Bun)\.env\." + _NAME),
+    re.compile(r"\b(?:process|Bun)\.env\[" + _QUOTED + r"\s*\]"),
+    re.compile(r"\bDeno\.env\.get\(" + _QUOTED),
+    # Python (os.environ / os.getenv, also after "from os import environ, getenv")
+    re.compile(r"(?<![\w.])(?:os\.)?environ\[" + _QUOTED + r"\s*\]"),
+    re.compile(r"(?<![\w.])(?:os\.)?environ\.get\(" + _QUOTED),
+    re.compile(r"(?<![\w.])(?:os\.)?getenv\(" + _QUOTED),
+    # Go, Rust, Java, Ruby
+    re.compile(r"\bos\.(?:Getenv|LookupEnv)\(" + _QUOTED),
+    re.compile(r"\benv::var(?:_os)?\(" + _QUOTED),
+    re.compile(r"\bSystem\.getenv\(" + _QUOTED),
+    re.compile(r"(?<![\w.])ENV(?:\[|\.fetch\()" + _QUOTED),
 ]
+# const { A, B: alias } = process.env  — every destructured name is a reference
+_DESTRUCTURED_ENV = re.compile(r"\{([\w\s,:]{1,2000}?)\}\s*=\s*(?:process|Bun)\.env\b")
 _VAULT = re.compile(r"(?<![A-Za-z0-9_])VAULT_[A-Za-z0-9_]+")
 _SHELL_BRACED = re.compile(r"\$\{#?([A-Za-z_][A-Za-z0-9_]*)")
 _SHELL_PLAIN = re.compile(r"(?<!\\)\$([A-Za-z_][A-Za-z0-9_]*)")
@@ -355,6 +371,11 @@ def _credentials(path: str, text: str) -> tuple[set[str], bool]:
     names: set[str] = set()
     for regex in _ENV_PATTERNS:
         names.update(m.group(1) for m in regex.finditer(text))
+    for match in _DESTRUCTURED_ENV.finditer(text):
+        for part in match.group(1).split(","):
+            name = part.split(":", 1)[0].strip()
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                names.add(name)
     names.update(m.group(0) for m in _VAULT.finditer(text))
     segments, has_block = _shell_segments(path, text)
     for code in segments:

@@ -35,6 +35,14 @@ def fence(code: str, lang: str = "bash") -> str:
         ('key = os.environ.get("OPENAI_KEY", "")', ["OPENAI_KEY"]),
         ("key = os.getenv('OPENAI_KEY')", ["OPENAI_KEY"]),
         ("Set VAULT_AGENTMAIL_API_KEY before running.", ["VAULT_AGENTMAIL_API_KEY"]),
+        ("const { SLACK_TOKEN, TEAM_ID: team } = process.env;", ["SLACK_TOKEN", "TEAM_ID"]),
+        ("const t = Bun.env.BUN_TOKEN; Deno.env.get('DENO_TOKEN')", ["BUN_TOKEN", "DENO_TOKEN"]),
+        ("from os import environ, getenv\nenviron['A_KEY']; getenv('B_KEY')", ["A_KEY", "B_KEY"]),
+        ('key := os.Getenv("GO_KEY")', ["GO_KEY"]),
+        ('let k = std::env::var("RUST_KEY")?;', ["RUST_KEY"]),
+        ('String k = System.getenv("JAVA_KEY");', ["JAVA_KEY"]),
+        ("k = ENV['RUBY_KEY'] || ENV.fetch(\"RUBY_OTHER\")", ["RUBY_KEY", "RUBY_OTHER"]),
+        ("myenviron['NOT_IT'] and obj.getenv('NOT_EITHER')", []),
     ],
 )
 def test_credential_patterns_in_any_text(text, expected):
