@@ -5,6 +5,7 @@ test upstream in its own network namespace. The proxy's connection reports show 
 from __future__ import annotations
 
 import json
+import time
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,8 +43,14 @@ class Net:
             self.session, "fetch", args, credentials={"TOKEN": SECRET}, network_enabled=True
         )
 
-    def verdicts(self) -> list[tuple[str, str]]:
-        return [(r.host, r.verdict) for r in self.reports]
+    def verdicts(self, expected: int) -> list[tuple[str, str]]:
+        """(host, verdict) of every connection, sorted. The proxy reports a tunnel when it
+        closes, which may be just after the tool call returned: wait (up to 10 s) for
+        `expected` reports before reading them."""
+        deadline = time.monotonic() + 10.0
+        while len(self.reports) < expected and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return sorted((r.host, r.verdict) for r in self.reports)
 
 
 @pytest.fixture
@@ -73,7 +80,7 @@ def test_an_allowed_host_answers(net: Net) -> None:
         "HTTP 200 OK\nurl: https://api.allowed.test/hello\ncontent-length: 20\n"
         "content-type: text/plain\n\nhello from upstream\n"
     )
-    assert net.verdicts() == [("api.allowed.test", "allowed")]
+    assert net.verdicts(1) == [("api.allowed.test", "allowed")]
 
 
 def test_a_host_outside_the_allowlist_is_network_blocked_before_dns(net: Net) -> None:
@@ -87,7 +94,7 @@ def test_a_host_outside_the_allowlist_is_network_blocked_before_dns(net: Net) ->
         result.output
         == "evil.test is not in this run's allowed domains; use ask_user to request it"
     )
-    assert net.verdicts() == [("evil.test", "denied")]
+    assert net.verdicts(1) == [("evil.test", "denied")]
     assert [host for host, _ in net.dns.calls] == []
 
 
@@ -98,7 +105,7 @@ def test_a_redirect_to_a_forbidden_host_is_refused_at_that_hop(net: Net) -> None
         "redirect 1 refused: evil.test is not in this run's allowed domains; "
         "use ask_user to request it"
     )
-    assert net.verdicts() == [("api.allowed.test", "allowed"), ("evil.test", "denied")]
+    assert net.verdicts(2) == [("api.allowed.test", "allowed"), ("evil.test", "denied")]
     assert [host for host, _ in net.dns.calls] == ["api.allowed.test"]
 
 
@@ -110,7 +117,7 @@ def test_relative_redirects_are_followed_hop_by_hop(net: Net) -> None:
         "url: https://api.allowed.test/hello",
         "redirects: 302 -> /hello",
     ]
-    assert net.verdicts() == [("api.allowed.test", "allowed"), ("api.allowed.test", "allowed")]
+    assert net.verdicts(2) == [("api.allowed.test", "allowed")] * 2
 
 
 def test_more_than_five_redirects_are_refused(net: Net) -> None:
@@ -120,7 +127,7 @@ def test_more_than_five_redirects_are_refused(net: Net) -> None:
     result = net.fetch(url=BASE + target)
     assert (result.ok, result.error_code) == (False, ErrorCode.HTTP_ERROR)
     assert result.output.startswith("more than 5 redirects: 302 -> /redirect?to=")
-    assert len(net.reports) == 6
+    assert net.verdicts(6) == [("api.allowed.test", "allowed")] * 6
 
 
 def test_bodies_are_truncated(net: Net) -> None:
@@ -209,7 +216,7 @@ def test_curl_in_bash_goes_through_the_proxy_and_is_web_data(net: Net) -> None:
         "web",
     )
     assert (denied.ok, denied.exit_code, denied.provenance) == (False, 56, "web")
-    assert net.verdicts() == [("api.allowed.test", "allowed"), ("evil.test", "denied")]
+    assert net.verdicts(2) == [("api.allowed.test", "allowed"), ("evil.test", "denied")]
 
 
 def test_credentials_echoed_by_curl_are_redacted(net: Net) -> None:
