@@ -825,6 +825,11 @@ def skills_extract_from_workspace(
     Nothing in the workspace is executed or modified.
     """
     workspace = Path(workspace)
+    if workspace.is_symlink() or not workspace.is_dir():
+        raise SkillValidationError(
+            f"Workspace {workspace} is not a directory.",
+            details={"rule": "workspace", "path": str(workspace)},
+        )
     actor = actor or Actor.system(f"run {run_id}")
     limits = _limits()
     result: ExtractionResult = {"created": [], "updated": [], "unchanged": [], "failed": []}

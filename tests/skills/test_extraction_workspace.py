@@ -300,3 +300,15 @@ def test_missing_baseline_with_identical_content_causes_no_churn(approved_mailer
     assert result == {"created": [], "updated": [], "unchanged": ["mailer"], "failed": []}
     assert SkillVersion.objects.count() == 1
     assert Policy.objects.get(pk=approved_mailer.policy.pk).status == PolicyStatus.APPROVED
+
+
+def test_missing_workspace_is_a_clear_error(agent, tmp_path, snapshot):
+    from skills.errors import SkillValidationError
+
+    before = snapshot()
+    with pytest.raises(SkillValidationError) as caught:
+        skills_extract_from_workspace(
+            workspace=tmp_path / "gone", run_id=1, agent=agent, pending_credentials={}
+        )
+    assert caught.value.details["rule"] == "workspace"
+    assert snapshot() == before
