@@ -43,12 +43,28 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
-def lease_claim(*, run_id: str, owner: str, ttl: timedelta | None = None) -> Lease | None:
-    """Claim the run for one slice; None when another owner holds an unexpired lease."""
+def lease_claim(
+    *,
+    run_id: str,
+    owner: str,
+    expected_token: int | None = None,
+    ttl: timedelta | None = None,
+) -> Lease | None:
+    """Claim the run for one slice; None when it is not this caller's turn.
+
+    Without `expected_token` the lease must be free, expired or already `owner`'s. With it (the
+    token a wake-up message was sent for), the claim also succeeds when the run's token moved one
+    past it and that newer lease expired unreleased: the slice that took this very message
+    stalled or died. A released lease at a newer token means the message was already served.
+    """
     ttl = ttl if ttl is not None else lease_ttl()
+    expired = Q(lease_expires_at__lt=Now())
+    claimable = Q(lease_expires_at__isnull=True) | expired | Q(lease_owner=owner)
+    if expected_token is not None:
+        claimable = (Q(lease_token=expected_token) & claimable) | (
+            Q(lease_token=expected_token + 1) & expired
+        )
     with transaction.atomic():
-        claimable = Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=Now())
-        claimable |= Q(lease_owner=owner)
         updated = MotorRun.objects.filter(Q(pk=run_id) & claimable).update(
             lease_token=F("lease_token") + 1,
             lease_owner=owner,
@@ -84,11 +100,24 @@ def _owner_is_dead(owner: str) -> bool:
 
 
 def lease_take_over_from_dead(
-    *, run_id: str, owner: str, ttl: timedelta | None = None
+    *,
+    run_id: str,
+    owner: str,
+    expected_token: int | None = None,
+    ttl: timedelta | None = None,
 ) -> Lease | None:
-    """Claim a run whose live lease belongs to a dead local process; None otherwise."""
-    held = MotorRun.objects.filter(pk=run_id).values_list("lease_owner", "lease_token").first()
+    """Claim a run whose live lease belongs to a dead local process; None otherwise.
+
+    With `expected_token`, only the lease taken for that message (token + 1) is taken over.
+    """
+    held = (
+        MotorRun.objects.filter(pk=run_id, lease_expires_at__isnull=False)
+        .values_list("lease_owner", "lease_token")
+        .first()
+    )
     if held is None or not held[0] or not _owner_is_dead(held[0]):
+        return None
+    if expected_token is not None and held[1] not in (expected_token, expected_token + 1):
         return None
     ttl = ttl if ttl is not None else lease_ttl()
     with transaction.atomic():
@@ -122,8 +151,12 @@ def lease_lock(lease: Lease) -> MotorRun:
 
 
 def lease_release(lease: Lease) -> bool:
-    """Free the lease so the next slice can claim at once; a no-op when it was lost."""
+    """Free the lease so the next slice can claim at once; a no-op when it was lost.
+
+    `idle_since` records when the run last had no holder, so the reaper can tell a lost wake-up
+    message from one that is merely queued.
+    """
     updated = MotorRun.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
-        lease_expires_at=None, lease_owner=""
+        lease_expires_at=None, lease_owner="", idle_since=Now()
     )
     return updated == 1

@@ -135,6 +135,8 @@ class MotorRun(FSMModelMixin, models.Model):
     lease_token = models.BigIntegerField(default=0)
     lease_owner = models.CharField(max_length=200, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    # When the lease was last released (or the run created): the reaper's clock for lost wake-ups.
+    idle_since = models.DateTimeField(null=True, blank=True)
     # How many times a slice was started on this run without finishing (poison detection).
     redelivery_count = models.PositiveIntegerField(default=0)
 

@@ -13,12 +13,14 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any, TypedDict
 
 import openai
 from django.apps import apps
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -28,6 +30,7 @@ from runs.lease import (
     default_owner,
     lease_claim,
     lease_lock,
+    lease_release,
     lease_take_over_from_dead,
 )
 from runs.llm import LLMReply, ModelRole, llm_chat, llm_client
@@ -35,6 +38,7 @@ from runs.models import (
     ACTIVE_STATUSES,
     MAX_ITERATIONS_CEILING,
     MAX_RUN_TIMEOUT_S,
+    RETRY_MAX_ITERATIONS,
     Attempt,
     AttemptStatus,
     FailureCategory,
@@ -97,9 +101,10 @@ class SliceOutcome(enum.StrEnum):
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _enqueue_step(run_id: str) -> None:
+def _enqueue_step(run_id: str, token: int) -> None:
+    """Wake a worker for the run; `token` is the lease token the message is meant for."""
     queue = getattr(settings, "MOTOR_RUN_QUEUE", "") or None
-    run_step_task.apply_async(args=[run_id], queue=queue)
+    run_step_task.apply_async(args=[run_id, token], queue=queue)
 
 
 def _event(run: MotorRun, *, from_status: str, actor: str, **detail: object) -> None:
@@ -321,6 +326,7 @@ def run_start(
                 trigger=trigger,
                 parent_run_id=parent_run_id,
                 max_attempts=max_attempts,
+                idle_since=timezone.now(),
             )
             Attempt.objects.create(
                 run=run,
@@ -330,7 +336,7 @@ def run_start(
             )
             _event(run, from_status="", actor=actor)
             transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
-            transaction.on_commit(lambda: _enqueue_step(run_id))
+            transaction.on_commit(lambda: _enqueue_step(run_id, 0))
     except IntegrityError as exc:
         if reserved:
             mutex_release(agent_id=agent_id, run_id=run_id)
@@ -359,6 +365,7 @@ def run_start(
 def run_step(
     *,
     run_id: str,
+    expected_token: int | None = None,
     owner: str | None = None,
     client: openai.OpenAI | None = None,
     credentials: Callable[[MotorRun], dict[str, str]] | None = None,
@@ -367,11 +374,14 @@ def run_step(
 
     Safe to call any number of times for the same run (redelivery, duplicates): the lease lets
     one slice write, and the Step ledger means a recorded tool call never runs again.
+    `expected_token` is the lease token a wake-up message was sent for; a message that was
+    already served (the token moved on and was released) is dropped, so duplicates never fork
+    the chain of slices.
     """
     owner = owner or default_owner()
-    lease = lease_claim(run_id=run_id, owner=owner) or lease_take_over_from_dead(
-        run_id=run_id, owner=owner
-    )
+    lease = lease_claim(
+        run_id=run_id, owner=owner, expected_token=expected_token
+    ) or lease_take_over_from_dead(run_id=run_id, owner=owner, expected_token=expected_token)
     if lease is None:
         exists = MotorRun.objects.filter(pk=run_id).exists()
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
@@ -385,7 +395,7 @@ def run_step(
                 run.save(update_fields=["status", "started_at", "updated_at"])
                 _event(run, from_status=RunStatus.CREATED, actor=actor)
             if run.status != RunStatus.RUNNING:
-                _release(lease)
+                lease_release(lease)
                 return SliceOutcome.NOT_RUNNABLE
             attempt = _current_attempt(run)
             limit = int(getattr(settings, "MOTOR_MAX_REDELIVERIES", 3))
@@ -462,8 +472,9 @@ def run_step(
         with transaction.atomic():
             run = lease_lock(lease)
             MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
-            _release(lease)
-            transaction.on_commit(lambda: _enqueue_step(run_id))
+            lease_release(lease)
+            token = lease.token
+            transaction.on_commit(lambda: _enqueue_step(run_id, token))
         return SliceOutcome.CONTINUED
     except LeaseLost:
         logger.info("run %s: lease lost by %s; stopping this slice", run_id, owner)
@@ -471,12 +482,6 @@ def run_step(
     finally:
         if slot is not None:
             slot.close()
-
-
-def _release(lease: Lease) -> None:
-    MotorRun.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
-        lease_expires_at=None, lease_owner=""
-    )
 
 
 def _call_llm(
@@ -638,7 +643,7 @@ def _perform_call(
                 run.await_input()
                 run.save(update_fields=["status", "updated_at"])
                 MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
-                _release(lease)
+                lease_release(lease)
                 _event(run, from_status=previous, actor=actor, question=question)
                 _signal(
                     run,
@@ -779,7 +784,8 @@ def run_respond(*, run_id: str, answer: str, actor: str) -> RunTransitioned:
         run.resume()
         run.save(update_fields=["status", "updated_at"])
         _event(run, from_status=previous, actor=actor)
-        transaction.on_commit(lambda: _enqueue_step(run_id))
+        token = run.lease_token
+        transaction.on_commit(lambda: _enqueue_step(run_id, token))
     return {"run_id": run_id, "previous_status": previous, "new_status": run.status}
 
 
@@ -847,3 +853,137 @@ def _lock_run(run_id: str) -> MotorRun:
         return MotorRun.objects.select_for_update().get(pk=run_id)
     except MotorRun.DoesNotExist:
         raise RunNotFound(f"no run with id {run_id!r}", run_id=run_id) from None
+
+
+def run_retry(*, run_id: str, guidance: str, actor: str) -> RunTransitioned:
+    """Start a new attempt of a failed run: clean messages, the guidance as recovery context.
+
+    The new attempt gets at most 15 iterations (never more than the run's cap). Raises
+    InvalidTransition (nothing changed) unless the run failed and has attempts left, and
+    MotorBusy when the agent started another run meanwhile.
+    """
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        if run.status != RunStatus.FAILED:
+            raise InvalidTransition(
+                f"run {run_id} is {run.status}; only a failed run can be retried",
+                run_id=run_id,
+                status=run.status,
+            )
+        if run.current_attempt_index + 1 >= run.max_attempts:
+            raise InvalidTransition(
+                f"run {run_id} has used all {run.max_attempts} attempts",
+                run_id=run_id,
+                status=run.status,
+            )
+        previous_attempt = _current_attempt(run)
+        previous = run.status
+        run.retry()
+        try:
+            with transaction.atomic():
+                run.save(
+                    update_fields=[
+                        "status",
+                        "current_attempt_index",
+                        "completed_at",
+                        "result",
+                        "updated_at",
+                    ]
+                )
+        except IntegrityError as exc:
+            if _ACTIVE_CONSTRAINT not in str(exc):
+                raise
+            active = (
+                MotorRun.objects.filter(agent_id=run.agent_id, status__in=ACTIVE_STATUSES)
+                .values_list("id", flat=True)
+                .first()
+            )
+            raise MotorBusy(run_id=active or "(finished just now)") from None
+        Attempt.objects.create(
+            run=run,
+            index=run.current_attempt_index,
+            max_iterations=min(RETRY_MAX_ITERATIONS, run.max_iterations),
+            messages=[{"role": "user", "content": run.task}],
+            recovery_context={
+                "previous_attempt": previous_attempt.index,
+                "failure": previous_attempt.failure,
+                "guidance": guidance,
+            },
+        )
+        MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0, idle_since=timezone.now())
+        _event(run, from_status=previous, actor=actor, attempt=run.current_attempt_index)
+        token, agent_id = run.lease_token, run.agent_id
+        transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
+        transaction.on_commit(lambda: _enqueue_step(run_id, token))
+    return {"run_id": run_id, "previous_status": previous, "new_status": run.status}
+
+
+class ReapReport(TypedDict):
+    woken: list[str]
+    timed_out: list[str]
+
+
+def run_reap(*, actor: str = "reaper") -> ReapReport:
+    """Periodic repair: wake runs whose wake-up message was lost, time out unanswered questions.
+
+    A run in created/running with no holder for MOTOR_REAPER_GRACE_SECONDS, or with an expired
+    lease, gets a new message for its current token (a duplicate of a merely queued message is
+    dropped by the token check). A run awaiting input longer than
+    MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS fails with "User response timeout".
+    """
+    now = timezone.now()
+    grace = timedelta(seconds=int(getattr(settings, "MOTOR_REAPER_GRACE_SECONDS", 120)))
+    stalled = MotorRun.objects.filter(status__in=[RunStatus.CREATED, RunStatus.RUNNING]).filter(
+        Q(lease_expires_at__isnull=True, idle_since__lt=now - grace) | Q(lease_expires_at__lt=now)
+    )
+    woken: list[str] = []
+    for run_id, token in stalled.values_list("id", "lease_token"):
+        _enqueue_step(run_id, token)
+        woken.append(run_id)
+
+    timeout = timedelta(
+        seconds=int(getattr(settings, "MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS", 30 * 60))
+    )
+    timed_out: list[str] = []
+    waiting = MotorRun.objects.filter(
+        status=RunStatus.AWAITING_INPUT, updated_at__lt=now - timeout
+    ).values_list("id", flat=True)
+    for run_id in waiting:
+        with transaction.atomic():
+            run = _lock_run(run_id)
+            if run.status != RunStatus.AWAITING_INPUT or run.updated_at >= now - timeout:
+                continue  # answered meanwhile
+            _finish_failed(
+                run,
+                _current_attempt(run),
+                category=FailureCategory.TIMEOUT,
+                message="User response timeout",
+                retryable=True,
+                actor=actor,
+            )
+            # Fence anything that might still hold an old token for this run.
+            MotorRun.objects.filter(pk=run.pk).update(lease_token=F("lease_token") + 1)
+        timed_out.append(run_id)
+    return {"woken": woken, "timed_out": timed_out}
+
+
+def run_reemit_pending_questions(*, actor: str = "startup") -> list[int]:
+    """Write a fresh awaiting_input signal for every run still waiting for an answer.
+
+    Called when the service starts, so a brain that missed the first signal asks again.
+    Returns the new signal ids.
+    """
+    ids: list[int] = []
+    for run in MotorRun.objects.filter(status=RunStatus.AWAITING_INPUT).order_by("created_at"):
+        attempt = Attempt.objects.get(run=run, index=run.current_attempt_index)
+        with transaction.atomic():
+            signal = _signal(
+                run,
+                {
+                    "run_id": run.id,
+                    "status": RunStatus.AWAITING_INPUT,
+                    "question": attempt.pending_question,
+                },
+            )
+        ids.append(signal.id)
+    return ids

@@ -14,8 +14,24 @@ from celery import shared_task
     reject_on_worker_lost=True,
     ignore_result=True,
 )
-def run_step_task(run_id: str) -> str:
-    """Advance one run by one iteration. A missing or finished run is a no-op."""
+def run_step_task(run_id: str, token: int | None = None) -> str:
+    """Advance one run by one iteration. A missing, finished or already served run is a no-op."""
     from runs.services import run_step
 
-    return run_step(run_id=run_id).value
+    return run_step(run_id=run_id, expected_token=token).value
+
+
+@shared_task(name="runs.run_reap", ignore_result=True)
+def run_reap_task() -> dict[str, list[str]]:
+    """Periodic (celery-beat, every minute): wake stalled runs, time out unanswered questions."""
+    from runs.services import run_reap
+
+    return dict(run_reap())
+
+
+@shared_task(name="runs.run_reemit_pending_questions", ignore_result=True)
+def run_reemit_pending_questions_task() -> int:
+    """Run once at service start: re-signal every run still awaiting input."""
+    from runs.services import run_reemit_pending_questions
+
+    return len(run_reemit_pending_questions())

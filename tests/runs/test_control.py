@@ -1,0 +1,172 @@
+"""Retry with guidance, the reaper, the awaiting-input timeout, re-emitted questions, and
+duplicate wake-up messages."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from runs.errors import InvalidTransition, MotorBusy
+from runs.models import Attempt, AttemptStatus, MotorRun, RunStatus, Signal
+from runs.services import (
+    SliceOutcome,
+    run_reap,
+    run_reemit_pending_questions,
+    run_retry,
+    run_start,
+    run_step,
+)
+from tests.fixtures.llm import reply_text, reply_tools, tool_call
+from tests.runs.helpers import drive, snapshot
+
+pytestmark = pytest.mark.django_db
+
+
+def _failed_run(agent, scripted_llm, **kw) -> str:
+    run_id = run_start(agent_id=agent.pk, task="Do it", max_iterations=1, actor="t", **kw)["run_id"]
+    scripted_llm.add(reply_tools(tool_call("nope")))
+    drive(run_id, scripted_llm.client())
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.FAILED
+    return run_id
+
+
+def test_retry_starts_a_clean_attempt_with_the_guidance_in_the_system_prompt(agent, scripted_llm):
+    # given a run that failed on its iteration cap
+    run_id = _failed_run(agent, scripted_llm)
+    # when it is retried with guidance
+    result = run_retry(run_id=run_id, guidance="Use the other tool.", actor="agent:1")
+    assert result == {"run_id": run_id, "previous_status": "failed", "new_status": "running"}
+    scripted_llm.add(reply_text("Done the other way."))
+    assert drive(run_id, scripted_llm.client()) == [SliceOutcome.FINISHED]
+    # then attempt 1 ran with fresh messages and the recovery context in the system prompt only
+    first, second = Attempt.objects.filter(run_id=run_id).order_by("index")
+    assert (first.status, second.status) == (AttemptStatus.FAILED, AttemptStatus.COMPLETED)
+    assert second.max_iterations == 1
+    assert second.recovery_context["guidance"] == "Use the other tool."
+    assert second.recovery_context["failure"]["category"] == "budget_exhausted"
+    request = scripted_llm.requests[-1]
+    assert "<recovery_context>" in request["messages"][0]["content"]
+    assert "Use the other tool." in request["messages"][0]["content"]
+    assert request["messages"][1:] == [{"role": "user", "content": "Do it"}]
+    run = MotorRun.objects.get(pk=run_id)
+    assert (run.status, run.current_attempt_index, run.result["summary"]) == (
+        RunStatus.COMPLETED,
+        1,
+        "Done the other way.",
+    )
+
+
+def test_a_retry_gets_at_most_15_iterations(agent, scripted_llm):
+    # given a run with the full cap of 20 that failed (the model was unreachable)
+    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    drive(run_id, scripted_llm.client())
+    assert Attempt.objects.get(run_id=run_id, index=0).max_iterations == 20
+    # when it is retried, then the new attempt is capped at 15
+    run_retry(run_id=run_id, guidance="g", actor="t")
+    assert Attempt.objects.get(run_id=run_id, index=1).max_iterations == 15
+
+
+def test_retry_is_refused_without_attempts_left_or_unless_failed_and_changes_nothing(
+    agent, scripted_llm
+):
+    run_id = _failed_run(agent, scripted_llm, max_attempts=1)
+    before = snapshot(run_id)
+    with pytest.raises(InvalidTransition, match="has used all 1 attempts"):
+        run_retry(run_id=run_id, guidance="g", actor="t")
+    assert snapshot(run_id) == before
+
+    active = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    before = snapshot(active)
+    with pytest.raises(InvalidTransition, match="only a failed run can be retried"):
+        run_retry(run_id=active, guidance="g", actor="t")
+    assert snapshot(active) == before
+
+
+def test_retry_is_refused_while_the_agent_has_another_active_run(agent, scripted_llm):
+    # given a failed run and, since then, a new active run for the same agent
+    failed = _failed_run(agent, scripted_llm)
+    active = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    before = snapshot(failed)
+    # when the failed run is retried, then the database refuses, naming the active run
+    with pytest.raises(MotorBusy) as excinfo:
+        run_retry(run_id=failed, guidance="g", actor="t")
+    assert excinfo.value.run_id == active
+    assert snapshot(failed) == before
+
+
+def test_unanswered_question_times_out_and_releases_the_agent(agent, scripted_llm, settings):
+    # given a run that has waited for an answer longer than the timeout
+    settings.MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS = 60
+    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Which?"})))
+    drive(run_id, scripted_llm.client())
+    MotorRun.objects.filter(pk=run_id).update(updated_at=timezone.now() - timedelta(seconds=61))
+    # when the reaper runs
+    report = run_reap()
+    # then the run failed with the timeout and a failed signal, and the agent is free again
+    assert report["timed_out"] == [run_id]
+    attempt = Attempt.objects.get(run_id=run_id)
+    assert (attempt.failure["category"], attempt.failure["message"]) == (
+        "timeout",
+        "User response timeout",
+    )
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.FAILED
+    assert list(Signal.objects.filter(run_id=run_id).values_list("payload__status", flat=True)) == [
+        "awaiting_input",
+        "failed",
+    ]
+    assert run_start(agent_id=agent.pk, task="next", actor="t")["status"] == "created"
+
+
+def test_a_recent_question_is_not_timed_out(agent, scripted_llm):
+    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Which?"})))
+    drive(run_id, scripted_llm.client())
+    before = snapshot(run_id)
+    assert run_reap() == {"woken": [], "timed_out": []}
+    assert snapshot(run_id) == before
+
+
+def test_reaper_wakes_a_run_whose_message_was_lost_and_only_that_one(make_agent, test_redis):
+    # given one run idle beyond the grace period and one just created
+    lost = run_start(agent_id=make_agent().pk, task="t", actor="t")["run_id"]
+    fresh = run_start(agent_id=make_agent().pk, task="t", actor="t")["run_id"]
+    MotorRun.objects.filter(pk=lost).update(idle_since=timezone.now() - timedelta(minutes=5))
+    # when the reaper runs, then only the lost run is woken: one message, for its current token
+    assert run_reap()["woken"] == [lost]
+    queued = [json.loads(raw) for raw in test_redis.lrange("celery", 0, -1)]
+    assert [m["headers"]["argsrepr"] for m in queued] == [f"['{lost}', 0]"]
+    assert fresh not in queued[0]["headers"]["argsrepr"]
+
+
+def test_an_already_served_wake_up_message_is_dropped(agent, scripted_llm):
+    # given a run whose first message (token 0) was served: one iteration recorded, lease released
+    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    scripted_llm.add(reply_tools(tool_call("nope")))
+    assert run_step(run_id=run_id, expected_token=0, client=scripted_llm.client()) is (
+        SliceOutcome.CONTINUED
+    )
+    before = snapshot(run_id)
+    # when a duplicate of that message arrives (broker redelivery, reaper)
+    outcome = run_step(run_id=run_id, expected_token=0, client=scripted_llm.client())
+    # then it does nothing: no LLM call, no change
+    assert outcome is SliceOutcome.LEASE_BUSY
+    assert snapshot(run_id) == before
+    assert len(scripted_llm.requests) == 1
+
+
+def test_questions_are_re_signalled_at_startup(agent, scripted_llm):
+    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Still there?"})))
+    drive(run_id, scripted_llm.client())
+    ids = run_reemit_pending_questions()
+    assert len(ids) == 1
+    assert Signal.objects.get(pk=ids[0]).payload == {
+        "run_id": run_id,
+        "status": "awaiting_input",
+        "question": "Still there?",
+    }
+    assert Signal.objects.filter(run_id=run_id).count() == 2
