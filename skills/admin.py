@@ -22,6 +22,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.http import content_disposition_header
 from django.utils.safestring import SafeString
 
 from skills import selectors, services
@@ -816,7 +817,7 @@ class PolicyAdmin(admin.ModelAdmin):
             "show_run_review": can_change
             and policy.status in (PolicyStatus.PENDING_REVIEW, PolicyStatus.NEEDS_REAPPROVAL),
             "show_rollback": can_change and len(versions) > 1,
-            "can_delete_skill": self.admin_site._registry[Skill].has_delete_permission(
+            "can_delete_skill": self.admin_site.get_model_admin(Skill).has_delete_permission(
                 request, skill
             ),
             "skill_delete_url": reverse("admin:skills_skill_delete", args=[skill.pk]),
@@ -927,8 +928,9 @@ class PolicyAdmin(admin.ModelAdmin):
         file = get_object_or_404(SkillFile, pk=file_id, version__skill_id=policy.skill_id)
         response = HttpResponse(bytes(file.data), content_type="application/octet-stream")
         # Always a download: skill bytes must never be interpreted by the browser as a page.
-        filename = file.path.replace("/", "_").replace('"', "_")
-        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        response["Content-Disposition"] = content_disposition_header(
+            as_attachment=True, filename=file.path.replace("/", "_")
+        )
         response["X-Content-Type-Options"] = "nosniff"
         response["Content-Security-Policy"] = "default-src 'none'; sandbox"
         return response

@@ -560,3 +560,26 @@ def test_editing_an_approved_policy_keeps_it_approved(approver: User, policy: Po
         PolicyStatus.APPROVED,
         approver.pk,
     )
+
+
+def test_a_file_with_a_non_ascii_name_downloads_with_an_encoded_filename(
+    approver: User, tmp_path: Path
+) -> None:
+    # given a skill with a non-ASCII file name
+    files = {**WEATHER_SKILL, "references/größen.md": "# Größen\n"}
+    policy = import_skill(tmp_path, agent=make_agent("scout"), files=files)
+    file = selectors.version_files(version=policy.skill.current_version).get(
+        path="references/größen.md"
+    )
+
+    # when it is downloaded
+    response = logged_in(approver).get(
+        reverse("admin:skills_policy_raw_file", args=[policy.pk, file.pk])
+    )
+
+    # then the header carries the name RFC 5987-encoded and the bytes are intact
+    assert response.status_code == 200
+    assert response["Content-Disposition"] == (
+        "attachment; filename*=utf-8''references_gr%C3%B6%C3%9Fen.md"
+    )
+    assert response.content == "# Größen\n".encode()
