@@ -27,7 +27,16 @@ from .filesystem import (
     scan_skill_dir,
 )
 from .hashing import content_hash, sha256_hex
-from .paths import CONTENT_DIRS, DENIED_DIRS, check_path, classify
+from .paths import (
+    BIDI_CHARS,
+    CONTENT_DIRS,
+    DENIED_DIRS,
+    DENIED_FILES,
+    MAX_PATH_CHARS,
+    ZERO_WIDTH_CHARS,
+    check_path,
+    classify,
+)
 from .review import (
     FileChange,
     InventoryEntry,
@@ -67,6 +76,10 @@ from .workspace import (
 
 __all__ = [
     "BASELINE_FILE",
+    "BIDI_CHARS",
+    "DENIED_FILES",
+    "MAX_PATH_CHARS",
+    "ZERO_WIDTH_CHARS",
     "BUNDLE_PATH",
     "CONTENT_DIRS",
     "DENIED_DIRS",

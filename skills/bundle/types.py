@@ -46,11 +46,18 @@ class Problem:
 class BundleError(ValueError):
     """A bundle (or a whole archive) was refused; ``problems`` lists every reason found."""
 
-    def __init__(self, problems: Iterable[Problem]) -> None:
+    def __init__(self, problems: Iterable[Problem] | str) -> None:
+        if isinstance(problems, str):
+            # Exception machinery elsewhere (task result backends, logging adapters) may rebuild
+            # an exception from its message alone; keep that message as one problem.
+            problems = [Problem(".", "bundle-error", problems)]
         self.problems: list[Problem] = list(problems)
         if not self.problems:
             raise ValueError("BundleError needs at least one problem")
         super().__init__(str(self))
+
+    def __reduce__(self) -> tuple[type[BundleError], tuple[list[Problem]]]:
+        return (type(self), (self.problems,))
 
     def __str__(self) -> str:
         return "; ".join(str(problem) for problem in self.problems)

@@ -11,6 +11,7 @@ from skills.bundle import (
     Bundle,
     BundleError,
     BundleLimits,
+    Problem,
     bundle_from_files,
     content_hash,
 )
@@ -251,3 +252,13 @@ def test_bundle_hash_matches_the_definition():
     files = {"SKILL.md": SKILL, "references/z.md": b"z", "assets/a.bin": b"\0\1"}
     bundle: Bundle = bundle_from_files(files, dir_name="demo")
     assert bundle.content_hash == expected_hash(files)
+
+
+def test_bundle_error_survives_pickling_and_rebuilding_from_its_message():
+    import pickle
+
+    error = BundleError([Problem("SKILL.md", "name-format", "bad name")])
+    assert pickle.loads(pickle.dumps(error)).problems == error.problems
+    assert BundleError(str(error)).problems == [
+        Problem(".", "bundle-error", "SKILL.md: bad name [name-format]")
+    ]
