@@ -14,6 +14,22 @@ that lists every problem as ``<path>: <message> [<rule>]``:
 * :func:`scan_skill_dir` + :func:`diff_against_baseline` — run workspaces
 
 The content hash is defined byte-for-byte in :mod:`skills.bundle.hashing`.
+
+Decisions worth knowing (each module documents its own rules in full):
+
+* Content is ``SKILL.md``, ``references/**``, ``scripts/**``, ``assets/**``. Any other file is
+  not refused but skipped with an info finding; denylisted trees (``node_modules/``, ``.git/``,
+  ``.cache/``, ``.local/``, Python caches and virtualenvs, ``__MACOSX/``) are pruned without
+  being read. Dangerous things are refused wherever they are: links, devices, FIFOs, sockets,
+  hard links, traversal, absolute or hidden-character names.
+* The top-level ``policy.json`` is never content and never hashed; when present it is parsed
+  into ``Bundle.declared_policy`` for information and is never an approval.
+* YAML goes through a SafeLoader subclass that refuses duplicate keys; size, flow nesting and
+  alias expansion are bounded before/while loading. Unquoted ``key: a: b`` values are repaired
+  with a finding, as the Agent Skills client guide suggests.
+* ``skill.md`` in lower case is not accepted as SKILL.md (the error says so).
+* Every problem carries a stable ``rule`` id; whole-skill problems use the path ``"."`` and
+  whole-archive problems the archive's file name.
 """
 
 from __future__ import annotations
