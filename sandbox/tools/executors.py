@@ -13,6 +13,9 @@ Output rules
   cut to the cap). A cut sets ``truncated=True`` and appends a marker line; it does not by itself
   make the call fail: ``ok`` follows the exit status and ``error_code`` stays None when the
   program succeeded.
+- Provenance: ``fetch`` is always "web"; ``bash`` is "web" when the command uses a
+  network-capable program (curl, wget, ...); ``code`` is "web" when the run has network access
+  (the program may print what it downloaded), else "internal"; file tools are "internal".
 - Timeouts: ``code`` and ``bash`` timeouts are not retryable (the same program would run out the
   clock again); fetch timeouts and sandbox errors are.
 """
@@ -247,7 +250,11 @@ def _run_code(
             output_limit=CODE_OUTPUT_BYTES + _REDACT_MARGIN,
         )
     )
-    return _process_outcome(result, creds, cap=CODE_OUTPUT_BYTES, timeout_s=timeout)
+    outcome = _process_outcome(result, creds, cap=CODE_OUTPUT_BYTES, timeout_s=timeout)
+    if network_enabled:
+        # a program that can reach the web may print what it fetched: treat it as untrusted
+        return dataclasses.replace(outcome, provenance="web")
+    return outcome
 
 
 def _run_bash(

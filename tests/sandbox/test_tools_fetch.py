@@ -262,3 +262,21 @@ def test_an_unreachable_allowed_destination_is_a_retryable_http_error(
         "http://api.allowed.test:9/hello: the egress proxy could not reach the destination "
         "(error; reason=connect_failed): "
     )
+
+
+def test_code_with_network_reaches_allowed_hosts_and_is_web_data(net: Net) -> None:
+    program = (
+        "import urllib.request\n"
+        "print(urllib.request.urlopen('https://api.allowed.test/hello').read().decode(), end='')\n"
+        "try:\n"
+        "    urllib.request.urlopen('https://evil.test/hello')\n"
+        "except OSError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
+    result = execute_tool(net.session, "code", {"code": program}, network_enabled=True)
+    assert (result.ok, result.provenance) == (True, "web")
+    assert result.output == (
+        "hello from upstream\nrefused: <urlopen error Tunnel connection failed: 403 evil.test is "
+        "not in this run's allowed domains; use ask_user to request it>\n"
+    )
+    assert net.verdicts(2) == [("api.allowed.test", "allowed"), ("evil.test", "denied")]
