@@ -1257,9 +1257,6 @@ def policy_create(*, skill: Skill | str, agent: Model, actor: Actor) -> Policy:
         return policy
 
 
-_UNSET: Any = object()
-
-
 def policy_update(
     *,
     policy: Policy | int,
