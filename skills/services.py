@@ -481,7 +481,10 @@ def _merge_pending_credentials(
         return {}
     policy.required_credentials = required
     policy.credential_values = encrypt_json(values)
-    return {"credential_values": {"set": merged}, "required_credentials": required}
+    return {
+        "credential_values": {"set": dict.fromkeys(merged, REDACTED)},
+        "required_credentials": required,
+    }
 
 
 # --- installation ----------------------------------------------------------------------------

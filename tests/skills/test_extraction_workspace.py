@@ -185,7 +185,7 @@ def test_new_skill_at_root_takes_all_pending_credentials(agent, tmp_path):
     }
     assert list(version.files.values_list("path", flat=True)) == ["SKILL.md"]
     event = PolicyAuditEvent.objects.filter(action=AuditAction.POLICY_UPDATED).get()
-    assert event.changes["credential_values"] == {"set": ["NEWSVC_KEY"]}
+    assert event.changes["credential_values"] == {"set": {"NEWSVC_KEY": "[set]"}}
     assert "k-123" not in json.dumps(event.changes)
 
 
