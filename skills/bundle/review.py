@@ -181,8 +181,9 @@ _LINE_RULES: list[_LineRule] = [
     _LineRule(
         "hide-from-user", "danger", "tells the reader to hide something from the user",
         re.compile(
-            r"(?i)\b(?:do\s*n['\u2019]?t|do\s+not|never)\s+(?:tell|inform|notify|show|alert|"
-            r"let)\s+(?:the\s+)?user\b"
+            # "never show the user the key" protects the user; only concealment verbs count
+            r"(?i)\b(?:do\s*n['\u2019]?t|do\s+not|never)\s+(?:tell|inform|notify|alert)\s+"
+            r"(?:the\s+)?user\b"
             r"|\bwithout\s+(?:telling|informing|notifying|asking|alerting)\s+(?:the\s+)?user\b"
             r"|\bwithout\s+the\s+user(?:['\u2019]s)?\s+(?:knowing|knowledge|noticing|consent)"
             r"|\b(?:hide|conceal)\s+(?:(?:this|it|that|these|them|everything)\s+)?from\s+"

@@ -253,6 +253,14 @@ def test_instructions_to_hide_or_disable_safety(text, rule):
     assert facts.suspicious[0].message.startswith("line 5: ")
 
 
+def test_protective_instructions_are_not_flagged():
+    text = (
+        "Never show the user raw API keys. Tell the user what was sent.\n"
+        "Ask the user before deleting anything. Do not ignore errors from the previous step.\n"
+    )
+    assert facts_of(text).suspicious == []
+
+
 def test_long_base64_blob_is_flagged_but_short_ones_are_not():
     blob = "QUJD" * 60  # 240 characters
     facts = facts_of(f"payload: {blob}\nshort: {'QUJD' * 10}\n")
