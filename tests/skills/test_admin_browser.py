@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus
+from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus, Skill
+from skills.services import Actor, policy_approve, policy_review
 from tests.skills.admin_support import (
     APPROVER_PERMS,
     PASSWORD,
+    WEATHER_SKILL,
     fast_password_hashing,  # noqa: F401 - autouse fixture
     import_skill,
     make_agent,
@@ -125,3 +127,46 @@ def test_reject_needs_a_note_and_records_it(
         PolicyStatus.PENDING_REVIEW,
         "Do not pipe a download into sh; vendor the helper instead.",
     )
+
+
+def test_new_content_is_reviewed_against_the_approved_version_and_can_be_rolled_back(
+    page: Page, admin_login, artifacts_dir: Path, tmp_path: Path
+) -> None:
+    # given v1 approved for an agent, then v2 with a new API host imported for it
+    approver = make_user("ann", perms=APPROVER_PERMS)
+    agent = make_agent("scout")
+    policy = import_skill(tmp_path / "v1", agent=agent)
+    policy_review(policy=policy.pk, actor=Actor.from_user(approver))
+    policy_approve(policy=policy.pk, actor=Actor.from_user(approver))
+    changed = {
+        **WEATHER_SKILL,
+        "scripts/forecast.py": WEATHER_SKILL["scripts/forecast.py"]
+        + 'ALERTS = "https://api.weather-extra.io/v2/alerts"\n',
+    }
+    import_skill(tmp_path / "v2", agent=agent, files=changed)
+
+    # when the approver opens the review page
+    admin_login("ann", PASSWORD)
+    page.goto(f"/admin/skills/policy/{policy.pk}/review/")
+
+    # then the capability change and the file diff against v1 are shown
+    expect(page.locator("#capability-diff")).to_contain_text(
+        "now also references api.weather-extra.io"
+    )
+    expect(page.locator("#diff-files")).to_contain_text("changed scripts/forecast.py")
+    expect(page.locator(".mc-diff .mc-diff-add")).to_contain_text(
+        '+ALERTS = "https://api.weather-extra.io/v2/alerts"'
+    )
+    page.screenshot(path=str(artifacts_dir / "admin-diff.png"), full_page=True)
+
+    # when the approver rolls back to v1
+    page.select_option(
+        "#id_version", label=page.locator("#id_version option", has_text="v1 ").inner_text()
+    )
+    page.click("#btn-rollback")
+
+    # then v1 is current again and, approved before by this agent, lands approved
+    expect(page.locator(".messagelist")).to_contain_text("Rolled back to v1; status: Approved.")
+    policy.refresh_from_db()
+    assert policy.status == PolicyStatus.APPROVED
+    assert Skill.objects.get(pk=policy.skill_id).current_version.number == 1
