@@ -453,6 +453,10 @@ def sweep_processes(keep: int | None = None) -> bool:
             # way to catch a fork bomb that keeps spawning while we walk /proc.
             try:
                 os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                # nothing at all was left to signal (the common case): no /proc walk needed
+                reap_orphans(keep)
+                return True
             except OSError:
                 pass
         reap_orphans(keep)
