@@ -5,7 +5,11 @@ read-only mount ``/opt/motor-cortex`` (``python3 -I -B /opt/motor-cortex/supervi
 next to ``seccomp.py`` and ``bridge.py``. It is also importable on the host as
 ``sandbox.inside.supervisor`` (the host uses the framing helpers).
 
-It refuses to run as uid 0.
+It refuses to run as uid 0. On start (serve and run-one) it makes itself non-dumpable and sets
+no_new_privs; in serve mode it also installs its own seccomp filter (the command profile minus
+the AF_UNIX refusal, which the bridge needs) before any thread exists. Under bwrap it is the PID
+namespace's PID 1 (``--as-pid-1``): it reaps every orphan, and signals sent from inside cannot
+kill it.
 
 Modes
 =====
