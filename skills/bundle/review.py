@@ -82,7 +82,8 @@ _RESERVED_TLDS = ("example", "test", "invalid", "localhost")
 _SHELL_LANGS = frozenset({"bash", "sh", "zsh", "shell"})
 _SHELL_SUFFIXES = (".sh", ".bash", ".zsh")
 _SHEBANG = re.compile(r"^#!\s*\S*?(?:/env\s+)?(?:ba|z|da|k)?sh\b")
-_FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^\s`{]*)")
+# Any indentation: fences nested in list items are indented past CommonMark's 3 spaces.
+_FENCE_OPEN = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*\{?\.?([^\s`{}]*)")
 
 _NAME = r"([A-Za-z_][A-Za-z0-9_]*)"
 _QUOTED = r"\s*[\"'`]" + _NAME + r"[\"'`]"
@@ -344,7 +345,7 @@ def _shell_segments(path: str, text: str) -> tuple[list[str], bool]:
             i += 1
             continue
         fence, lang = opened.group(1), opened.group(2).lower()
-        closing = re.compile(r"^ {0,3}" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}\s*$")
+        closing = re.compile(r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}\s*$")
         j = i + 1
         while j < len(lines) and not closing.match(lines[j]):
             j += 1

@@ -64,6 +64,15 @@ def test_shell_variables_outside_shell_blocks_are_not_credentials():
     assert facts.has_shell_blocks is False
 
 
+def test_fences_indented_in_list_items_and_attribute_style_languages_count():
+    body = (
+        "1. Export the key:\n\n"
+        '    ```bash\n    curl -H "Key: $LIST_KEY" https://api.x.com\n    ```\n'
+        "2. Or:\n```{.sh}\necho $ATTR_KEY\n```\n"
+    )
+    assert facts_of(body).referenced_credentials == ["ATTR_KEY", "LIST_KEY"]
+
+
 def test_tilde_fences_and_default_expansions_count():
     body = "~~~sh\necho ${API_TOKEN:-missing} ${#API_SECRET}\n~~~\n"
     assert facts_of(body).referenced_credentials == ["API_SECRET", "API_TOKEN"]
