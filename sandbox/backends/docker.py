@@ -151,11 +151,13 @@ def sweep_orphans(client: Any | None = None) -> list[str]:
     removed: list[str] = []
     here = socket.gethostname()
     try:
-        containers = engine.containers.list(all=True, filters={"label": LABEL_SESSION})
+        # sparse: no per-container inspect, so a container removed meanwhile (by its owner or
+        # another sweeper) cannot fail the listing
+        containers = engine.containers.list(all=True, sparse=True, filters={"label": LABEL_SESSION})
     except DockerException as exc:
         raise SandboxError(f"docker backend: cannot list sandbox containers: {exc}") from exc
     for container in containers:
-        labels: Mapping[str, str] = container.labels or {}
+        labels: Mapping[str, str] = container.attrs.get("Labels") or {}
         try:
             owner = _Owner(
                 host=labels.get(LABEL_OWNER_HOST, ""),
@@ -566,7 +568,10 @@ class DockerBackend:
                 # to each command, and PID 1 keeps nothing worth reading
                 environment={"PATH": _BASE_PATH},
                 labels=labels,
-                detach=True,
+                # detach=False makes docker-py set AttachStdin and StdinOnce: when the attach
+                # connection goes away (this process died), the engine closes the supervisor's
+                # stdin, the supervisor exits and the container stops
+                detach=False,
                 init=False,  # INIT_COMMAND is PID 1 (see there)
                 network_mode="none",
                 cap_drop=["ALL"],
