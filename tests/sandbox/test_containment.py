@@ -623,7 +623,7 @@ def test_workspace_quota_stops_a_call_filling_many_files(
                 fh.flush()
                 os.fsync(fh.fileno())
             n += 1
-            time.sleep(0.01)
+            time.sleep(0.02)
         """,
         timeout_s=30,
     )
