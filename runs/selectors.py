@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+import json
+from typing import Any
 
-from runs.models import ACTIVE_STATUSES, Attempt, MotorRun, Signal, Step
+from django.db.models import OuterRef, QuerySet, Subquery, Sum
+
+from runs.models import ACTIVE_STATUSES, Attempt, MotorRun, RunEvent, Signal, Step
 
 
 def run_get(*, run_id: str) -> MotorRun | None:
@@ -37,3 +40,118 @@ def signal_list(
     if agent_id is not None:
         queryset = queryset.filter(agent_id=agent_id)
     return list(queryset.order_by("id")[: max(1, min(limit, 1000))])
+
+
+#: the execution log returned by `run_log` is cut to its last 16 KB (seed 001 core.task log)
+LOG_TAIL_BYTES = 16 * 1024
+
+
+def run_list(
+    *, agent_id: int, status: str | None = None, limit: int = 20
+) -> tuple[list[dict[str, Any]], int]:
+    """The agent's runs, newest first, as {id, status, task, started_at, completed_at,
+    iterations, tools}; plus the total before `limit` (1..100)."""
+    queryset = MotorRun.objects.filter(agent_id=agent_id)
+    if status:
+        queryset = queryset.filter(status=status)
+    total = queryset.count()
+    iterations = (
+        Attempt.objects.filter(run=OuterRef("pk"))
+        .values("run")
+        .annotate(total=Sum("iteration"))
+        .values("total")
+    )
+    rows = queryset.annotate(iterations=Subquery(iterations)).order_by("-created_at")[
+        : max(1, min(limit, 100))
+    ]
+    return (
+        [
+            {
+                "id": run.id,
+                "status": run.status,
+                "task": run.task,
+                "started_at": run.started_at,
+                "completed_at": run.completed_at,
+                "iterations": run.iterations or 0,
+                "tools": run.tools,
+            }
+            for run in rows
+        ],
+        total,
+    )
+
+
+def run_status(*, run_id: str) -> dict[str, Any] | None:
+    """Full details of one run: status, result, the current attempt, its steps and question."""
+    run = run_get(run_id=run_id)
+    if run is None:
+        return None
+    attempt = attempt_current(run=run)
+    return {
+        "id": run.id,
+        "status": run.status,
+        "task": run.task,
+        "tools": run.tools,
+        "allowed_domains": run.allowed_domains,
+        "result": run.result,
+        "attempt": {
+            "index": attempt.index,
+            "status": attempt.status,
+            "iteration": attempt.iteration,
+            "max_iterations": attempt.max_iterations,
+            "failure": attempt.failure,
+        },
+        "attempts": run.current_attempt_index + 1,
+        "max_attempts": run.max_attempts,
+        "pending_question": attempt.pending_question or None,
+        "steps": [
+            {
+                "attempt": step.attempt.index,
+                "iteration": step.iteration,
+                "call_index": step.call_index,
+                "tool": step.tool,
+                "arguments": step.arguments,
+                "state": step.state,
+                "ok": (step.result or {}).get("ok"),
+                "error_code": (step.result or {}).get("error_code"),
+                "duration_ms": step.duration_ms,
+            }
+            for step in step_list(run_id=run.id)
+        ],
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "completed_at": run.completed_at,
+    }
+
+
+def run_log(*, run_id: str) -> str | None:
+    """A plain-text execution log (transitions and tool calls in time order), last 16 KB."""
+    if not MotorRun.objects.filter(pk=run_id).exists():
+        return None
+    entries: list[tuple[Any, str]] = []
+    for event in RunEvent.objects.filter(run_id=run_id):
+        entries.append(
+            (event.created_at, f"{event.from_status or '-'} -> {event.to_status} by {event.actor}")
+        )
+    for step in step_list(run_id=run_id):
+        result = step.result or {}
+        outcome = (
+            "in flight"
+            if step.result is None
+            else ("ok" if result.get("ok") else f"error {result.get('error_code')}")
+        )
+        output = str(result.get("output", ""))[:500]
+        entries.append(
+            (
+                step.created_at,
+                f"attempt {step.attempt.index} iteration {step.iteration}.{step.call_index} "
+                f"{step.tool} {json.dumps(step.arguments, sort_keys=True)[:1000]} -> {outcome}"
+                + (f"\n  {output}" if output else ""),
+            )
+        )
+    entries.sort(key=lambda entry: entry[0])
+    text = "\n".join(f"{at.isoformat()} {line}" for at, line in entries)
+    data = text.encode()
+    if len(data) <= LOG_TAIL_BYTES:
+        return text
+    return data[-LOG_TAIL_BYTES:].decode(errors="ignore")
