@@ -583,3 +583,31 @@ def test_a_file_with_a_non_ascii_name_downloads_with_an_encoded_filename(
         "attachment; filename*=utf-8''references_gr%C3%B6%C3%9Fen.md"
     )
     assert response.content == "# Größen\n".encode()
+
+
+def test_a_refused_save_does_not_echo_a_typed_credential_value(
+    approver: User, policy: Policy
+) -> None:
+    # given a policy declaring WEATHER_TOKEN
+    client = logged_in(approver)
+    client.get(review_url(policy))
+    client.post(review_url(policy), {"action": "save", "required_credentials": "WEATHER_TOKEN"})
+
+    # when a value is typed but the save is refused because of another field
+    response = client.post(
+        review_url(policy),
+        {
+            "action": "save",
+            "allowed_domains": "not a host!",
+            "required_credentials": "WEATHER_TOKEN",
+            "credential_value__WEATHER_TOKEN": SECRET,
+        },
+    )
+
+    # then the re-rendered form keeps the other input but never the secret, and nothing is stored
+    html = response.content.decode()
+    assert "The policy was not saved:" in html
+    assert "not a host!" in html
+    assert SECRET not in html
+    policy.refresh_from_db()
+    assert selectors.policy_credential_values(policy=policy) == {}
