@@ -1,0 +1,135 @@
+"""History compaction: what the model is sent of an attempt's messages (seed 001, Phase 2).
+
+`compact_messages` rewrites only the *content* of older tool results; it never adds, removes or
+reorders a message, so every assistant message with tool calls stays followed by exactly its tool
+results, and system and user messages are returned unchanged. It works on the copy sent to the
+LLM: the attempt's stored messages and the Step ledger keep every result in full.
+
+How runs record tool results (see `runs.tools.tool_message_content`): the content is the tool's
+output text, prefixed with ``ERROR (<error_code>): `` when the call failed, and wrapped in
+``<untrusted source="web">`` … ``</untrusted>`` when it came from the web. A JSON envelope
+(``{"ok": …, "output": …, "error_code": …}``) is understood as well. A compacted web result stays
+wrapped, so text from the web is never presented to the model as trusted.
+
+The rolling "summary every 10 iterations" of the seed is deliberately not done here: a summary
+that replaces old turns is a model-written text (another LLM call, not a pure function), while a
+mechanical digest could only repeat the tool names and outcomes that the compacted pairs already
+show, at the price of dropping the model's own earlier reasoning. With attempts capped at 20
+iterations, shortening old results already bounds the prompt.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Collection
+from typing import Any
+
+from runs.tools import ASK_USER
+
+#: first line of a compacted result; content that starts with it is never compacted again
+COMPACTED_MARKER = "[compacted tool result"
+_WEB_OPEN = '<untrusted source="web">\n'
+_WEB_CLOSE = "\n</untrusted>"
+_ERROR_PREFIX = "ERROR ("
+
+
+def compact_messages(
+    messages: list[dict[str, Any]],
+    *,
+    keep_full: int = 3,
+    summary_chars: int = 400,
+    preserve_tools: Collection[str] = (ASK_USER,),
+) -> list[dict[str, Any]]:
+    """A copy of `messages` in which tool results older than the last `keep_full` are shortened.
+
+    A shortened result keeps a header (tool name, ok or error with its code, original size in
+    characters) and the first and last characters of the output, `summary_chars` in all. A result
+    that would not get shorter, a result of a tool in `preserve_tools` (the user's answers to
+    ask_user), and a result that is already compacted are left as they are. Pure, deterministic
+    and idempotent; the input is not modified.
+    """
+    if keep_full < 0:
+        raise ValueError(f"keep_full: {keep_full} must be 0 or more")
+    if summary_chars < 2:
+        raise ValueError(f"summary_chars: {summary_chars} must be at least 2")
+    result = copy.deepcopy(messages)
+    names = _tool_names(result)
+    tool_positions = [i for i, message in enumerate(result) if message.get("role") == "tool"]
+    older = tool_positions[: max(0, len(tool_positions) - keep_full)]
+    for position in older:
+        message = result[position]
+        content = message.get("content")
+        name = names.get(str(message.get("tool_call_id")), "")
+        if not isinstance(content, str) or name in preserve_tools:
+            continue
+        shorter = summarize_tool_content(content, tool=name, summary_chars=summary_chars)
+        if shorter is not None:
+            message["content"] = shorter
+    return result
+
+
+def summarize_tool_content(content: str, *, tool: str = "", summary_chars: int = 400) -> str | None:
+    """The compacted form of one tool result, or None when it should stay as it is."""
+    web = content.startswith(_WEB_OPEN)
+    inner = content
+    if web:
+        inner = content[len(_WEB_OPEN) :]
+        if inner.endswith(_WEB_CLOSE):
+            inner = inner[: -len(_WEB_CLOSE)]
+    if inner.startswith(COMPACTED_MARKER):
+        return None
+    status, text = _status_and_text(inner)
+    head_chars = summary_chars // 2
+    tail_chars = summary_chars - head_chars
+    omitted = len(text) - head_chars - tail_chars
+    if omitted <= 0:
+        excerpt = text
+    else:
+        excerpt = f"{text[:head_chars]}\n[… {omitted} characters omitted …]\n{text[len(text) - tail_chars :]}"
+    label = f" {tool}" if tool else ""
+    summary = f"{COMPACTED_MARKER}{label}: {status}, {len(text)} characters]\n{excerpt}"
+    if web:
+        summary = f"{_WEB_OPEN}{summary}{_WEB_CLOSE}"
+    if len(summary) >= len(content):
+        return None  # compaction never makes a result longer
+    return summary
+
+
+def _status_and_text(inner: str) -> tuple[str, str]:
+    """("ok" | "error (<code>)", the output text) of a recorded tool result."""
+    envelope = _json_envelope(inner)
+    if envelope is not None:
+        output = str(envelope.get("output", ""))
+        if envelope["ok"]:
+            return "ok", output
+        return f"error ({envelope.get('error_code') or 'error'})", output
+    if inner.startswith(_ERROR_PREFIX):
+        code, sep, _ = inner[len(_ERROR_PREFIX) :].partition("): ")
+        if sep and code and "\n" not in code:
+            return f"error ({code})", inner
+    return "ok", inner
+
+
+def _json_envelope(text: str) -> dict[str, Any] | None:
+    if not text.startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and isinstance(value.get("ok"), bool) and "output" in value:
+        return value
+    return None
+
+
+def _tool_names(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """tool_call_id → tool name, from the assistant messages' tool calls."""
+    names: dict[str, str] = {}
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            names[str(call.get("id"))] = str(function.get("name") or "")
+    return names
