@@ -30,8 +30,10 @@ import yaml
 
 from .types import SKILL_MD, BundleError, Finding, ParsedSkillMd, Problem
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9-]*[a-z0-9]$")
-SPEC_NAME_CHARS = re.compile(r"^[a-z0-9-]+$")
+# \Z, not $: "$" also matches before a trailing newline, and a YAML block scalar
+# (``name: |``) yields exactly such a name; the database constraint would then refuse it.
+NAME_RE = re.compile(r"^[a-z][a-z0-9-]*[a-z0-9]\Z")
+SPEC_NAME_CHARS = re.compile(r"^[a-z0-9-]+\Z")
 MAX_NAME_CHARS = 64
 MAX_DESCRIPTION_CHARS = 1024
 MAX_COMPATIBILITY_CHARS = 500

@@ -308,3 +308,15 @@ def test_pasted_text_with_lone_surrogates_is_refused_as_bad_encoding():
     assert refused(lambda: bundle_from_pasted("---\nname: x\ud800\n---\n")) == [
         ("SKILL.md", "skill-md-encoding")
     ]
+
+
+def test_a_trailing_newline_in_the_name_is_refused_by_both_checks():
+    # given a block scalar: YAML keeps its final newline in the value
+    text = "---\nname: |\n  weather\ndescription: d\n---\n"
+
+    # when / then the installation rule refuses it ("$" alone would match before the newline)
+    assert refused(lambda: bundle_from_pasted(text)) == [("SKILL.md", "name-format")]
+    # and the spec report flags it too
+    assert rules(spec_findings({"name": "weather\n", "description": "d"}, None)) == [
+        "spec-name-chars"
+    ]

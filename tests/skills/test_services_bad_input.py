@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from skills.bundle import content_hash
 from skills.errors import SkillValidationError
 from skills.models import PolicyStatus
 from skills.services import (
@@ -72,21 +73,62 @@ def test_pasted_skill_md_refused(text, rule, agent, system_actor, snapshot):
     # when / then
     with pytest.raises(SkillValidationError) as caught:
         skill_import_pasted(text=text, actor=system_actor, agent=agent)
-    assert ("SKILL.md", rule) in _rules(caught.value)
+    assert _rules(caught.value) == {("SKILL.md", rule)}
     assert "SKILL.md" in caught.value.message
     assert rule in caught.value.message
     assert snapshot() == before
 
 
 def test_pasted_skill_md_with_bom_and_crlf_is_accepted(agent, system_actor):
-    # when
-    result = skill_import_pasted(
-        text="\ufeff" + skill_md("weather").replace("\n", "\r\n"), actor=system_actor, agent=agent
-    )
+    # given a SKILL.md saved by an editor that adds a byte-order mark and CRLF line ends
+    text = "\ufeff" + skill_md("weather").replace("\n", "\r\n")
 
-    # then
+    # when
+    result = skill_import_pasted(text=text, actor=system_actor, agent=agent)
+
+    # then it is tolerated, and the stored bytes (and so the hash) are exactly what was given
     assert result.skill.name == "weather"
+    assert result.skill.description == "Does a useful thing."
     assert result.policy.status == PolicyStatus.PENDING_REVIEW
+    [stored] = result.version.files.all()
+    assert (stored.path, bytes(stored.data)) == ("SKILL.md", text.encode())
+    assert result.version.content_hash == content_hash([("SKILL.md", text.encode())])
+
+
+def test_byte_order_mark_inside_a_file_name_is_refused(agent, system_actor, snapshot):
+    # given an archive entry whose name hides a U+FEFF (invisible in most file lists)
+    data = _zip(
+        [
+            ("weather/SKILL.md", skill_md("weather").encode()),
+            ("weather/references/\ufeffnotes.md", b"notes"),
+        ]
+    )
+    before = snapshot()
+
+    # when / then the name is shown escaped, with its rule
+    with pytest.raises(SkillValidationError) as caught:
+        skill_import_archive(data=data, filename="w.zip", actor=system_actor, agent=agent)
+    assert _rules(caught.value) == {("weather/references/\\ufeffnotes.md", "path-zero-width")}
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize(
+    "frontmatter_name",
+    ["|\n  weather", '"weather\\n"', '"weather\\u0000"', '"we ather"'],
+    ids=["block-scalar-newline", "quoted-newline", "nul", "space"],
+)
+def test_name_with_hidden_trailing_characters_is_refused(
+    frontmatter_name, agent, system_actor, snapshot
+):
+    # given a name that a "$"-anchored pattern would let through with its trailing newline
+    text = f"---\nname: {frontmatter_name}\ndescription: d\n---\nbody\n"
+    before = snapshot()
+
+    # when / then a clear refusal, not a database constraint error
+    with pytest.raises(SkillValidationError) as caught:
+        skill_import_pasted(text=text, actor=system_actor, agent=agent)
+    assert _rules(caught.value) == {("SKILL.md", "name-format")}
+    assert snapshot() == before
 
 
 def test_name_must_equal_directory(tmp_path: Path, agent, system_actor, snapshot):
@@ -99,7 +141,7 @@ def test_name_must_equal_directory(tmp_path: Path, agent, system_actor, snapshot
     # when / then
     with pytest.raises(SkillValidationError) as caught:
         skill_import_directory(path=directory, actor=system_actor, agent=agent)
-    assert ("SKILL.md", "name-dir-mismatch") in _rules(caught.value)
+    assert _rules(caught.value) == {("SKILL.md", "name-dir-mismatch")}
     assert snapshot() == before
 
 
@@ -111,7 +153,7 @@ def test_file_over_one_megabyte_refused(tmp_path: Path, agent, system_actor, sna
     # when / then
     with pytest.raises(SkillValidationError) as caught:
         skill_import_directory(path=directory, actor=system_actor, agent=agent)
-    assert ("references/big.md", "file-too-large") in _rules(caught.value)
+    assert _rules(caught.value) == {("references/big.md", "file-too-large")}
     assert snapshot() == before
 
 
@@ -125,7 +167,7 @@ def test_skill_over_ten_megabytes_refused(tmp_path: Path, agent, system_actor, s
     # when / then
     with pytest.raises(SkillValidationError) as caught:
         skill_import_directory(path=directory, actor=system_actor, agent=agent)
-    assert (".", "bundle-too-large") in _rules(caught.value)
+    assert _rules(caught.value) == {(".", "bundle-too-large")}
     assert snapshot() == before
 
 
@@ -139,7 +181,7 @@ def test_symlink_to_etc_passwd_refused(tmp_path: Path, agent, system_actor, snap
     # when / then
     with pytest.raises(SkillValidationError) as caught:
         skill_import_directory(path=directory, actor=system_actor, agent=agent)
-    assert ("references/passwd.md", "symlink") in _rules(caught.value)
+    assert _rules(caught.value) == {("references/passwd.md", "symlink")}
     assert snapshot() == before
 
 
@@ -154,7 +196,7 @@ def test_tree_with_one_invalid_skill_imports_nothing(tmp_path: Path, agent, syst
     # when / then: the problem path names the skill directory inside the tree
     with pytest.raises(SkillValidationError) as caught:
         skill_import_directory(path=tmp_path, actor=system_actor, agent=agent)
-    assert ("bad/SKILL.md", "frontmatter-missing") in _rules(caught.value)
+    assert _rules(caught.value) == {("bad/SKILL.md", "frontmatter-missing")}
     assert "nothing was imported" in caught.value.message
     assert snapshot() == before
 
@@ -167,7 +209,8 @@ def test_archive_with_parent_traversal_refused(agent, system_actor, snapshot):
     # when / then
     with pytest.raises(SkillValidationError) as caught:
         skill_import_archive(data=data, filename="w.zip", actor=system_actor, agent=agent)
-    assert "path-traversal" in {rule for _, rule in _rules(caught.value)}
+    assert _rules(caught.value) == {("../evil.sh", "path-traversal")}
+    assert "../evil.sh" in caught.value.message
     assert snapshot() == before
 
 
@@ -185,7 +228,7 @@ def test_archive_with_duplicate_entries_refused(agent, system_actor, snapshot):
         skill_import_archive(
             data=buffer.getvalue(), filename="w.zip", actor=system_actor, agent=agent
         )
-    assert "duplicate-path" in {rule for _, rule in _rules(caught.value)}
+    assert _rules(caught.value) == {("weather/SKILL.md", "duplicate-path")}
     assert snapshot() == before
 
 
@@ -204,7 +247,7 @@ def test_archive_of_100000_entries_refused(agent, system_actor, snapshot):
         skill_import_archive(
             data=buffer.getvalue(), filename="many.zip", actor=system_actor, agent=agent
         )
-    assert ("many.zip", "archive-too-many-entries") in _rules(caught.value)
+    assert _rules(caught.value) == {("many.zip", "archive-too-many-entries")}
     assert snapshot() == before
 
 
@@ -226,8 +269,7 @@ def test_compression_bomb_refused(agent, system_actor, snapshot):
         skill_import_archive(
             data=buffer.getvalue(), filename="bomb.tar.gz", actor=system_actor, agent=agent
         )
-    rules = {rule for _, rule in _rules(caught.value)}
-    assert rules & {"archive-compression-ratio", "archive-too-large"}
+    assert _rules(caught.value) == {("bomb.tar.gz", "archive-compression-ratio")}
     assert snapshot() == before
 
 
@@ -235,7 +277,7 @@ def test_archive_that_is_not_an_archive_refused(agent, system_actor, snapshot):
     before = snapshot()
     with pytest.raises(SkillValidationError) as caught:
         skill_import_archive(data=b"not a zip", filename="x.zip", actor=system_actor, agent=agent)
-    assert ("x.zip", "archive-corrupt") in _rules(caught.value)
+    assert _rules(caught.value) == {("x.zip", "archive-corrupt")}
     assert snapshot() == before
 
 
