@@ -43,6 +43,8 @@ class Agent(models.Model):
     token_created_at = models.DateTimeField(null=True, blank=True)
     token_revoked_at = models.DateTimeField(null=True, blank=True)
     energy = models.FloatField(default=1.0, help_text="0.0 (exhausted) to 1.0 (rested).")
+    # When `energy` was last written; regeneration since then is added on read (cognition.energy).
+    last_energy_at = models.DateTimeField(null=True, blank=True)
     trust_level = models.CharField(
         max_length=16, choices=TrustLevel.choices, default=TrustLevel.STANDARD
     )
@@ -63,3 +65,49 @@ class Agent(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+# Vault names are environment-variable names without the seeds' VAULT_ prefix.
+CREDENTIAL_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+
+
+class Credential(models.Model):
+    """A user credential in an agent's vault. `value` holds ciphertext only (see cognition.vault)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="credentials")
+    name = models.CharField(max_length=64)
+    value = models.TextField(help_text="Encrypted at rest; never rendered.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["agent_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "name"], name="credential_unique_per_agent"),
+            models.CheckConstraint(
+                condition=models.Q(name__regex=CREDENTIAL_NAME_PATTERN),
+                name="credential_name_is_env_name",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}:{self.name}"
+
+
+class PersonalToken(models.Model):
+    """A human user's API token; only its sha256 is stored, the raw value is shown once."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="personal_tokens"
+    )
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True)
+    token_prefix = models.CharField(max_length=12)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["user_id", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.token_prefix}…)"

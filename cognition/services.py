@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+import secrets
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from .models import Agent, hash_token, new_token
+from . import vault
+from .errors import CredentialNotFound
+from .models import Agent, Credential, PersonalToken, hash_token, new_token
+from .selectors import credential_list_names, credentials_resolve  # noqa: F401 - re-exported
+
+logger = logging.getLogger(__name__)
+
+PERSONAL_TOKEN_PREFIX = "mcp_"  # noqa: S105 - a public marker, not a secret
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,4 +61,87 @@ def agent_revoke_token(*, agent: Agent, actor: AbstractBaseUser | None) -> Agent
         locked.token_hash = ""
         locked.token_revoked_at = timezone.now()
         locked.save(update_fields=["token_hash", "token_revoked_at"])
+    return locked
+
+
+# --- vault -----------------------------------------------------------------------------------
+
+
+def credential_set(
+    *, agent: Agent, name: str, value: str, actor: AbstractBaseUser | str | None
+) -> Credential:
+    """Store (or replace) the agent's credential `name`; a VAULT_ prefix is dropped.
+
+    The value is encrypted before it reaches the database; logs carry the name only.
+    """
+    name = vault.normalize_name(name)
+    value = vault.validate_value(value, name=name)
+    sealed = vault.seal(name=name, value=value)
+    with transaction.atomic():
+        Agent.objects.select_for_update().get(pk=agent.pk)
+        credential, created = Credential.objects.update_or_create(
+            agent=agent, name=name, defaults={"value": sealed}
+        )
+    logger.info(
+        "credential %s: agent=%s name=%s value=%s actor=%s",
+        "created" if created else "replaced",
+        agent.name,
+        name,
+        vault.REDACTED,
+        _actor_label(actor),
+    )
+    return credential
+
+
+def credential_delete(*, agent: Agent, name: str, actor: AbstractBaseUser | str | None) -> None:
+    """Remove the agent's credential `name`; `CredentialNotFound` when there is none."""
+    name = vault.normalize_name(name)
+    with transaction.atomic():
+        deleted, _ = Credential.objects.filter(agent=agent, name=name).delete()
+    if not deleted:
+        raise CredentialNotFound(
+            f"Agent {agent.name!r} has no credential named {name!r}.", details={"name": name}
+        )
+    logger.info(
+        "credential deleted: agent=%s name=%s actor=%s", agent.name, name, _actor_label(actor)
+    )
+
+
+def _actor_label(actor: AbstractBaseUser | str | None) -> str:
+    if actor is None:
+        return "system"
+    if isinstance(actor, str):
+        return actor
+    return actor.get_username()
+
+
+# --- personal access tokens of human users ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedPersonalToken:
+    """A new personal token; `raw` is shown once and never stored."""
+
+    token: PersonalToken
+    raw: str
+
+
+def personal_token_create(
+    *, user: AbstractBaseUser, name: str, actor: AbstractBaseUser | None
+) -> IssuedPersonalToken:
+    """Issue a personal API token for `user` (only its sha256 is stored)."""
+    raw = PERSONAL_TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = PersonalToken(user=user, name=name, token_hash=hash_token(raw), token_prefix=raw[:10])
+    token.full_clean()
+    token.save()
+    return IssuedPersonalToken(token=token, raw=raw)
+
+
+def personal_token_revoke(*, token: PersonalToken, actor: AbstractBaseUser | None) -> PersonalToken:
+    """Revoke a personal token: it stops authenticating at once."""
+    with transaction.atomic():
+        locked = PersonalToken.objects.select_for_update().get(pk=token.pk)
+        if locked.revoked_at is None:
+            locked.revoked_at = timezone.now()
+            locked.save(update_fields=["revoked_at"])
     return locked

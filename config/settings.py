@@ -185,6 +185,8 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # One error body for every endpoint: {"error": {"code", "message", "details"}}.
+    "EXCEPTION_HANDLER": "cognition.api.exceptions.exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Motor Cortex API",
@@ -192,6 +194,15 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
 }
+
+# --- energy (seed 001 "Energy Model") -----------------------------------------------------------
+# Energy units (0.0-1.0 scale) an agent regains per hour, added lazily when the level is read.
+MOTOR_ENERGY_REGEN_PER_HOUR = env.float("MOTOR_ENERGY_REGEN_PER_HOUR", default=0.1)
+if MOTOR_ENERGY_REGEN_PER_HOUR < 0:
+    raise ImproperlyConfigured("MOTOR_ENERGY_REGEN_PER_HOUR must be 0 or more (energy per hour).")
+
+# The runtime asks this callable for a run's credential values at tool-call time (the vault).
+MOTOR_CREDENTIAL_RESOLVER = "cognition.selectors.credentials_for_run"
 
 # --- logging -------------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")

@@ -1,0 +1,93 @@
+"""One error body for the whole API: `{"error": {"code", "message", "details"}}`.
+
+Domain errors (skills.errors.SkillError, cognition.errors.CognitionError) carry their own code and
+HTTP status; DRF's errors are mapped to stable codes; anything else is a 500 that names nothing of
+the internals (the traceback goes to the log only).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+from cognition.errors import CognitionError
+from skills.errors import SkillError
+
+logger = logging.getLogger(__name__)
+
+_DRF_CODES: dict[type[exceptions.APIException], str] = {
+    exceptions.ValidationError: "invalid",
+    exceptions.ParseError: "malformed_request",
+    exceptions.NotAuthenticated: "not_authenticated",
+    exceptions.AuthenticationFailed: "authentication_failed",
+    exceptions.PermissionDenied: "permission_denied",
+    exceptions.NotFound: "not_found",
+    exceptions.MethodNotAllowed: "method_not_allowed",
+    exceptions.NotAcceptable: "not_acceptable",
+    exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.Throttled: "throttled",
+}
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def _drf_code(exc: exceptions.APIException) -> str:
+    for cls in type(exc).__mro__:
+        if cls in _DRF_CODES:
+            return _DRF_CODES[cls]  # type: ignore[index]
+    return "error"
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    """DRF's EXCEPTION_HANDLER."""
+    if isinstance(exc, SkillError | CognitionError):
+        if exc.http_status >= 500:
+            logger.error("domain error %s: %s", exc.code, exc.message)
+        return Response(error_body(exc.code, exc.message, exc.details), status=exc.http_status)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    elif isinstance(exc, DjangoValidationError):
+        detail = (
+            exc.message_dict if hasattr(exc, "error_dict") else {"non_field_errors": exc.messages}
+        )
+        exc = exceptions.ValidationError(detail)
+    if isinstance(exc, exceptions.APIException):
+        code = _drf_code(exc)
+        if isinstance(exc, exceptions.ValidationError):
+            details: Any = {"fields": exc.detail}
+            message = "The request is invalid: " + _first_problem(exc.detail)
+        else:
+            details = {}
+            message = str(exc.detail)
+        headers: dict[str, str] = {}
+        if getattr(exc, "auth_header", None):
+            headers["WWW-Authenticate"] = exc.auth_header  # type: ignore[attr-defined]
+        if getattr(exc, "wait", None):
+            headers["Retry-After"] = str(int(exc.wait))  # type: ignore[attr-defined]
+        return Response(error_body(code, message, details), status=exc.status_code, headers=headers)
+    logger.exception("unhandled error in %s", type(context.get("view")).__name__)
+    return Response(
+        error_body("internal_error", "The server failed to handle this request."),
+        status=status.HTTP_500_INTERNAL_SERVER_ERROR,
+    )
+
+
+def _first_problem(detail: Any, path: str = "") -> str:
+    """'field: message' of the first validation problem, for a one-line message."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            where = f"{path}.{key}" if path else str(key)
+            return _first_problem(value, where)
+    if isinstance(detail, list) and detail:
+        return _first_problem(detail[0], path)
+    return f"{path}: {detail}" if path and path != "non_field_errors" else str(detail)

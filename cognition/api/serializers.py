@@ -1,0 +1,151 @@
+"""Request and response shapes of the API. Credential values are write-only everywhere: a
+response shows "[set]" for a stored value and never the value itself."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from cognition.vault import MAX_VALUE_CHARS
+from skills.models import PolicyStatus
+
+
+class ErrorDetailSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="Stable machine-readable code, e.g. consent_required.")
+    message = serializers.CharField(help_text="What went wrong and which rule refused it.")
+    details = serializers.DictField(help_text="Structured context (field, rule, names, …).")
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = ErrorDetailSerializer()
+
+
+# --- skills ----------------------------------------------------------------------------------
+
+
+class SkillListItemSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+    version = serializers.IntegerField(source="version_number", allow_null=True)
+    content_hash = serializers.CharField(allow_null=True)
+    status = serializers.ChoiceField(
+        source="policy_status",
+        choices=PolicyStatus.choices,
+        help_text="The calling agent's (or the chosen agent's) policy status for this skill.",
+    )
+    updated_at = serializers.DateTimeField()
+
+
+class SkillDetailSerializer(serializers.Serializer):
+    skill = serializers.CharField(help_text="The skill's name.")
+    description = serializers.CharField()
+    agent = serializers.CharField()
+    status = serializers.ChoiceField(choices=PolicyStatus.choices)
+    allowed_domains = serializers.ListField(child=serializers.CharField())
+    required_credentials = serializers.ListField(child=serializers.CharField())
+    credential_values = serializers.DictField(
+        child=serializers.CharField(),
+        help_text='Names of skill-stored credentials, each shown as "[set]"; values never leave.',
+    )
+    tools = serializers.ListField(child=serializers.CharField())
+    dependencies = serializers.ListField(child=serializers.CharField())
+    inputs = serializers.DictField()
+    content_hash = serializers.CharField()
+    version = serializers.IntegerField(allow_null=True)
+    provenance = serializers.DictField()
+    approved_by = serializers.CharField(allow_null=True)
+    approved_at = serializers.CharField(allow_null=True)
+    approved_content_hash = serializers.CharField()
+    approved_version = serializers.IntegerField(allow_null=True)
+    reviewed_at = serializers.CharField(allow_null=True)
+    reviewed_hash = serializers.CharField()
+    rejection_note = serializers.CharField()
+
+
+class SkillImportSerializer(serializers.Serializer):
+    skill_md = serializers.CharField(
+        trim_whitespace=False,
+        help_text="The full text of a SKILL.md (frontmatter with name and description, then body).",
+    )
+
+
+class SkillReviewSerializer(serializers.Serializer):
+    skill = serializers.CharField()
+    status = serializers.ChoiceField(choices=PolicyStatus.choices)
+    reviewed_hash = serializers.CharField()
+    reviewed_at = serializers.CharField(allow_null=True)
+    facts = serializers.DictField(
+        help_text="The deterministic review: domains, credential references, scripts, diff, …"
+    )
+
+
+class ApproveSerializer(serializers.Serializer):
+    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class RejectSerializer(serializers.Serializer):
+    note = serializers.CharField(max_length=2000, help_text="Required: what is wrong.")
+
+
+class SkillUpdateSerializer(serializers.Serializer):
+    domains = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Replaces allowed_domains."
+    )
+    credentials = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Replaces required_credentials."
+    )
+    tools = serializers.ListField(child=serializers.CharField(), required=False)
+    dependencies = serializers.ListField(child=serializers.CharField(), required=False)
+    inputs = serializers.DictField(required=False, help_text="JSON schema of the inputs.")
+    credential_values = serializers.DictField(
+        child=serializers.CharField(max_length=MAX_VALUE_CHARS),
+        required=False,
+        write_only=True,
+        help_text="Write-only: skill-stored values for names in credentials.",
+    )
+    clear_credential_values = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Names whose values to remove."
+    )
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+    def validate(self, attrs: dict) -> dict:
+        if not (set(attrs) - {"reason"}):
+            raise serializers.ValidationError("Give at least one field to update.")
+        return attrs
+
+
+# --- credentials -----------------------------------------------------------------------------
+
+
+class CredentialSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    value = serializers.SerializerMethodField(
+        help_text='Always "[set]"; values are never returned.'
+    )
+    updated_at = serializers.DateTimeField()
+
+    def get_value(self, obj: object) -> str:
+        return "[set]"
+
+
+class CredentialWriteSerializer(serializers.Serializer):
+    value = serializers.CharField(
+        write_only=True,
+        trim_whitespace=False,
+        max_length=MAX_VALUE_CHARS,
+        help_text="The secret; stored encrypted, never returned.",
+    )
+
+
+# --- agents ----------------------------------------------------------------------------------
+
+
+class AgentSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    energy = serializers.FloatField(help_text="Current level, 0.0-1.0, regeneration included.")
+    energy_band = serializers.CharField(
+        help_text="all | no_browser | oneshot_only | exhausted (seed 001 energy gating)."
+    )
+    regen_per_hour = serializers.FloatField()
+    trust_level = serializers.CharField()
+    trusted_for_relayed_consent = serializers.BooleanField()

@@ -1,0 +1,23 @@
+"""Routes of /api/v1/ (mounted in config/urls.py)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+app_name = "api"
+
+# Skill names are lowercase letters, digits and hyphens (skills.bundle's install rule).
+urlpatterns = [
+    path("skills/", views.SkillListView.as_view(), name="skill-list"),
+    path("skills/<str:name>/", views.SkillDetailView.as_view(), name="skill-detail"),
+    path("skills/<str:name>/review/", views.SkillReviewView.as_view(), name="skill-review"),
+    path("skills/<str:name>/approve/", views.SkillApproveView.as_view(), name="skill-approve"),
+    path("skills/<str:name>/reject/", views.SkillRejectView.as_view(), name="skill-reject"),
+    path("skills/<str:name>/update/", views.SkillUpdateView.as_view(), name="skill-update"),
+    path("credentials/", views.CredentialListView.as_view(), name="credential-list"),
+    path("credentials/<str:name>/", views.CredentialDetailView.as_view(), name="credential-detail"),
+    path("agents/", views.AgentListView.as_view(), name="agent-list"),
+    path("agents/me/", views.AgentMeView.as_view(), name="agent-me"),
+]

@@ -1,0 +1,442 @@
+"""REST endpoints under /api/v1/: validate, call a service, serialize.
+
+Every endpoint works for one *scope agent*: the calling agent itself, or for a human the agent
+named by `?agent=<id or name>` among the agents they own (any agent for a superuser). What belongs
+to another agent is reported as not found (404), never as forbidden.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from cognition import energy
+from cognition.consent import TRIGGER_HEADER, USER_MESSAGE, consent_check
+from cognition.errors import AgentNotFound, NotAnAgent, SkillShared
+from cognition.models import Agent
+from cognition.principals import Principal
+from cognition.selectors import (
+    agent_for_human,
+    agents_visible_to,
+    credentials_queryset,
+    skills_for_agent,
+)
+from cognition.services import credential_delete, credential_set
+from cognition.vault import normalize_name
+from skills.errors import SkillNotFound
+from skills.models import Policy, PolicyStatus
+from skills.selectors import policy_detail
+from skills.services import (
+    Actor,
+    policy_approve,
+    policy_reject,
+    policy_review,
+    policy_update,
+    skill_delete,
+    skill_import_pasted,
+)
+
+from .authentication import BearerAuthentication, PrincipalSessionAuthentication
+from .pagination import NameCursorPagination
+from .permissions import HasPrincipal
+from .serializers import (
+    AgentSerializer,
+    ApproveSerializer,
+    CredentialSerializer,
+    CredentialWriteSerializer,
+    ErrorSerializer,
+    RejectSerializer,
+    SkillDetailSerializer,
+    SkillImportSerializer,
+    SkillListItemSerializer,
+    SkillReviewSerializer,
+    SkillUpdateSerializer,
+)
+
+AGENT_PARAM = OpenApiParameter(
+    "agent",
+    OpenApiTypes.STR,
+    OpenApiParameter.QUERY,
+    description=(
+        "Humans: the agent (id or name) whose policies/credentials to act on; optional when "
+        "you own exactly one. Agents act on themselves and may omit it."
+    ),
+)
+TRIGGER_PARAM = OpenApiParameter(
+    TRIGGER_HEADER,
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    enum=[USER_MESSAGE, "motor_result", "schedule", "tick"],
+    description=(
+        "Consent gate: an agent token passes only with 'user_message' and only when the agent is "
+        "trusted for relayed consent. Humans need not send it."
+    ),
+)
+
+
+def _errors(*codes: int) -> dict[int, OpenApiResponse]:
+    return {c: OpenApiResponse(ErrorSerializer, description="Error body") for c in codes}
+
+
+class PrincipalAPIView(APIView):
+    authentication_classes = [BearerAuthentication, PrincipalSessionAuthentication]
+    permission_classes = [HasPrincipal]
+
+    def principal(self, request: Request) -> Principal:
+        assert isinstance(request.auth, Principal)  # guaranteed by HasPrincipal
+        return request.auth
+
+    def scope_agent(self, request: Request) -> Agent:
+        principal = self.principal(request)
+        ref = request.query_params.get("agent") or None
+        if principal.agent is not None:
+            own = principal.agent
+            if ref and ref not in (str(own.pk), own.name):
+                raise AgentNotFound(
+                    f"No agent {ref!r} that you may act for.", details={"agent": ref}
+                )
+            return own
+        return agent_for_human(user=principal.user, ref=ref)
+
+    def actor(self, request: Request, *, relayed: bool = False) -> Actor:
+        principal = self.principal(request)
+        if principal.agent is None:
+            return Actor(user=principal.user, label=principal.label)  # type: ignore[arg-type]
+        if relayed:
+            # Passed the consent gate: the agent relays its owner's consent, so the owner's
+            # rights (e.g. approve permission) apply and the audit says who relayed it.
+            owner = principal.user
+            return Actor(user=owner, label=f"{principal.label} relaying {owner.get_username()}")
+        return Actor(user=None, label=principal.label)
+
+    def gate(self, request: Request, action: str) -> Actor:
+        consent_check(
+            principal=self.principal(request),
+            action=action,
+            trigger=request.headers.get(TRIGGER_HEADER),
+        )
+        return self.actor(request, relayed=True)
+
+    def policy(self, request: Request, name: str) -> Policy:
+        """The scope agent's policy for skill `name`; 404 whether the skill or policy is absent."""
+        agent = self.scope_agent(request)
+        policy = (
+            Policy.objects.select_related("skill", "skill__current_version", "agent", "approved_by")
+            .filter(skill__name=name, agent=agent)
+            .first()
+        )
+        if policy is None:
+            raise SkillNotFound(
+                f"No skill named {name!r} for agent {agent.name!r}.", details={"name": name}
+            )
+        return policy
+
+
+def _detail(policy: Policy) -> dict[str, Any]:
+    policy = Policy.objects.select_related(
+        "skill", "skill__current_version", "agent", "approved_by", "approved_version"
+    ).get(pk=policy.pk)
+    return {**policy_detail(policy=policy), "description": policy.skill.description}
+
+
+# --- skills ----------------------------------------------------------------------------------
+
+
+class SkillListView(PrincipalAPIView):
+    pagination_class = NameCursorPagination
+
+    @extend_schema(
+        operation_id="skills_list",
+        summary="Skills of the agent, with its policy status for each",
+        parameters=[
+            AGENT_PARAM,
+            OpenApiParameter(
+                "status", OpenApiTypes.STR, enum=PolicyStatus.values, description="Policy status."
+            ),
+            OpenApiParameter("name", OpenApiTypes.STR, description="Substring of the skill name."),
+            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
+            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
+        ],
+        responses={200: SkillListItemSerializer(many=True), **_errors(400, 401, 404)},
+    )
+    def get(self, request: Request) -> Response:
+        agent = self.scope_agent(request)
+        status_filter = request.query_params.get("status") or None
+        if status_filter and status_filter not in PolicyStatus.values:
+            from rest_framework.exceptions import ValidationError
+
+            raise ValidationError({"status": [f"Must be one of {', '.join(PolicyStatus.values)}."]})
+        skills: QuerySet[Any] = skills_for_agent(
+            agent=agent, status=status_filter, name=request.query_params.get("name") or None
+        )
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(skills, request, view=self)
+        data = SkillListItemSerializer(page, many=True).data
+        return paginator.get_paginated_response(data)
+
+    @extend_schema(
+        operation_id="skills_import",
+        summary="Import a pasted SKILL.md; it lands as pending_review for the agent",
+        parameters=[AGENT_PARAM],
+        request=SkillImportSerializer,
+        responses={201: SkillDetailSerializer, **_errors(400, 401, 404)},
+    )
+    def post(self, request: Request) -> Response:
+        agent = self.scope_agent(request)
+        body = SkillImportSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        result = skill_import_pasted(
+            text=body.validated_data["skill_md"],
+            actor=self.actor(request),
+            agent=agent,
+            source="api",
+        )
+        assert result.policy is not None  # an import with an agent always has its policy
+        return Response(_detail(result.policy), status=status.HTTP_201_CREATED)
+
+
+class SkillDetailView(PrincipalAPIView):
+    @extend_schema(
+        operation_id="skills_retrieve",
+        summary="One skill as the agent's policy sees it (credential values redacted)",
+        parameters=[AGENT_PARAM],
+        responses={200: SkillDetailSerializer, **_errors(401, 404)},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        return Response(_detail(self.policy(request, name)))
+
+    @extend_schema(
+        operation_id="skills_delete",
+        summary="Delete the skill (consent-gated)",
+        description=(
+            "Deletes the skill with its versions and policies; refused with 409 skill_shared when "
+            "agents the caller does not act for hold a policy for it."
+        ),
+        parameters=[AGENT_PARAM, TRIGGER_PARAM],
+        request=None,
+        responses={204: None, **_errors(401, 403, 404, 409)},
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        policy = self.policy(request, name)
+        actor = self.gate(request, "skill.delete")
+        principal = self.principal(request)
+        others = Policy.objects.filter(skill=policy.skill).exclude(agent=policy.agent)
+        if principal.agent is None:
+            others = others.exclude(agent__in=agents_visible_to(user=principal.user))
+        if others.exists():
+            raise SkillShared(
+                f"Skill {name!r} is also used by other agents; only a superuser or the admin "
+                "can delete it for everyone.",
+                details={"name": name},
+            )
+        skill_delete(skill=policy.skill, actor=actor, reason="deleted through the API")
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SkillReviewView(PrincipalAPIView):
+    @extend_schema(
+        operation_id="skills_review",
+        summary="The deterministic review of the skill's current content",
+        description=(
+            "For a pending_review or needs_reapproval policy this runs the review (status becomes "
+            "reviewed); otherwise it returns the stored review."
+        ),
+        parameters=[AGENT_PARAM],
+        responses={200: SkillReviewSerializer, **_errors(401, 404, 409)},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        policy = self.policy(request, name)
+        if policy.status in (PolicyStatus.PENDING_REVIEW, PolicyStatus.NEEDS_REAPPROVAL):
+            policy = policy_review(policy=policy, actor=self.actor(request))
+        return Response(
+            {
+                "skill": policy.skill.name,
+                "status": policy.status,
+                "reviewed_hash": policy.reviewed_hash,
+                "reviewed_at": policy.reviewed_at.isoformat() if policy.reviewed_at else None,
+                "facts": policy.review_facts,
+            }
+        )
+
+
+class SkillApproveView(PrincipalAPIView):
+    @extend_schema(
+        operation_id="skills_approve",
+        summary="Approve the reviewed skill for the agent (consent-gated)",
+        parameters=[AGENT_PARAM, TRIGGER_PARAM],
+        request=ApproveSerializer,
+        responses={200: SkillDetailSerializer, **_errors(400, 401, 403, 404, 409)},
+    )
+    def post(self, request: Request, name: str) -> Response:
+        policy = self.policy(request, name)
+        actor = self.gate(request, "skill.approve")
+        body = ApproveSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        policy = policy_approve(policy=policy, actor=actor, note=body.validated_data["note"])
+        return Response(_detail(policy))
+
+
+class SkillRejectView(PrincipalAPIView):
+    @extend_schema(
+        operation_id="skills_reject",
+        summary="Decline the skill with a note (consent-gated)",
+        parameters=[AGENT_PARAM, TRIGGER_PARAM],
+        request=RejectSerializer,
+        responses={200: SkillDetailSerializer, **_errors(400, 401, 403, 404, 409)},
+    )
+    def post(self, request: Request, name: str) -> Response:
+        policy = self.policy(request, name)
+        actor = self.gate(request, "skill.reject")
+        body = RejectSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        policy = policy_reject(policy=policy, actor=actor, note=body.validated_data["note"])
+        return Response(_detail(policy))
+
+
+class SkillUpdateView(PrincipalAPIView):
+    @extend_schema(
+        operation_id="skills_update",
+        summary="Edit policy fields; the status is kept (consent-gated)",
+        parameters=[AGENT_PARAM, TRIGGER_PARAM],
+        request=SkillUpdateSerializer,
+        responses={200: SkillDetailSerializer, **_errors(400, 401, 403, 404)},
+    )
+    def post(self, request: Request, name: str) -> Response:
+        policy = self.policy(request, name)
+        actor = self.gate(request, "skill.update")
+        body = SkillUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        policy = policy_update(
+            policy=policy,
+            actor=actor,
+            allowed_domains=data.get("domains"),
+            required_credentials=data.get("credentials"),
+            tools=data.get("tools"),
+            dependencies=data.get("dependencies"),
+            inputs=data.get("inputs"),
+            set_credentials=data.get("credential_values"),
+            clear_credentials=data.get("clear_credential_values"),
+            reason=data.get("reason", ""),
+        )
+        return Response(_detail(policy))
+
+
+# --- credentials -----------------------------------------------------------------------------
+
+
+class CredentialListView(PrincipalAPIView):
+    pagination_class = NameCursorPagination
+
+    @extend_schema(
+        operation_id="credentials_list",
+        summary="Names of the agent's vault credentials (values are never returned)",
+        parameters=[
+            AGENT_PARAM,
+            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
+            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
+        ],
+        responses={200: CredentialSerializer(many=True), **_errors(400, 401, 404)},
+    )
+    def get(self, request: Request) -> Response:
+        agent = self.scope_agent(request)
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(credentials_queryset(agent=agent), request, view=self)
+        return paginator.get_paginated_response(CredentialSerializer(page, many=True).data)
+
+
+class CredentialDetailView(PrincipalAPIView):
+    @extend_schema(
+        operation_id="credentials_set",
+        summary="Store or replace a vault credential (a VAULT_ prefix is dropped)",
+        parameters=[AGENT_PARAM],
+        request=CredentialWriteSerializer,
+        responses={200: CredentialSerializer, **_errors(400, 401, 404)},
+    )
+    def put(self, request: Request, name: str) -> Response:
+        agent = self.scope_agent(request)
+        body = CredentialWriteSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        credential = credential_set(
+            agent=agent,
+            name=name,
+            value=body.validated_data["value"],
+            actor=self.principal(request).label,
+        )
+        return Response(CredentialSerializer(credential).data)
+
+    @extend_schema(
+        operation_id="credentials_delete",
+        summary="Remove a vault credential",
+        parameters=[AGENT_PARAM],
+        request=None,
+        responses={204: None, **_errors(400, 401, 404)},
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        agent = self.scope_agent(request)
+        credential_delete(
+            agent=agent, name=normalize_name(name), actor=self.principal(request).label
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- agents ----------------------------------------------------------------------------------
+
+
+def _agent_data(agent: Agent) -> dict[str, Any]:
+    level = energy.energy_level(agent=agent)
+    return {
+        "id": agent.pk,
+        "name": agent.name,
+        "energy": level,
+        "energy_band": energy.band_for(level).value,
+        "regen_per_hour": energy.regen_per_hour(),
+        "trust_level": agent.trust_level,
+        "trusted_for_relayed_consent": agent.trusted_for_relayed_consent,
+    }
+
+
+class AgentMeView(PrincipalAPIView):
+    @extend_schema(
+        operation_id="agents_me",
+        summary="The calling agent: energy, trust level, name",
+        responses={200: AgentSerializer, **_errors(401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        agent = self.principal(request).agent
+        if agent is None:
+            raise NotAnAgent(
+                "/agents/me is for agent tokens; humans list their agents at /api/v1/agents/.",
+                details={},
+            )
+        return Response(_agent_data(agent))
+
+
+class AgentListView(PrincipalAPIView):
+    pagination_class = NameCursorPagination
+
+    @extend_schema(
+        operation_id="agents_list",
+        summary="Agents the caller may act for (an agent sees only itself)",
+        parameters=[
+            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
+            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
+        ],
+        responses={200: AgentSerializer(many=True), **_errors(401)},
+    )
+    def get(self, request: Request) -> Response:
+        principal = self.principal(request)
+        if principal.agent is not None:
+            agents = Agent.objects.filter(pk=principal.agent.pk)
+        else:
+            agents = agents_visible_to(user=principal.user)
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(agents, request, view=self)
+        return paginator.get_paginated_response([_agent_data(a) for a in page])

@@ -1,0 +1,88 @@
+"""Domain errors of the brain side (vault, energy, consent, scoping).
+
+Same shape as `skills.errors.SkillError`: a stable `code`, a human `message`, JSON-safe
+`details`, and the HTTP status the API's exception handler maps it to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class CognitionError(Exception):
+    """Base class: `code`, `message`, `details`, `http_status`."""
+
+    code = "cognition_error"
+    http_status = 400
+
+    def __init__(self, message: str, *, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = dict(details or {})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+
+class CredentialInvalid(CognitionError):
+    """A credential name or value breaks its rule (`details`: field, rule)."""
+
+    code = "credential_invalid"
+
+
+class CredentialNotFound(CognitionError):
+    code = "credential_not_found"
+    http_status = 404
+
+
+class CredentialsMissing(CognitionError):
+    """A run needs credentials that neither the policy nor the vault holds.
+
+    `names` lists them (sorted); the runtime asks the human to enter exactly these.
+    """
+
+    code = "credentials_missing"
+    http_status = 409
+
+    def __init__(self, names: list[str], *, agent_name: str) -> None:
+        self.names = sorted(names)
+        super().__init__(
+            f"No value is set for credential(s) {', '.join(self.names)} of agent {agent_name!r}: "
+            "neither the skill policy nor the vault holds them. A human must enter them "
+            "through the admin or PUT /api/v1/credentials/{name}.",
+            details={"missing": self.names},
+        )
+
+
+class ConsentRequired(CognitionError):
+    code = "consent_required"
+    http_status = 403
+
+
+class EnergyTooLow(CognitionError):
+    code = "energy_too_low"
+    http_status = 409
+
+
+class AgentNotFound(CognitionError):
+    code = "agent_not_found"
+    http_status = 404
+
+
+class AgentRequired(CognitionError):
+    """A human called an agent-scoped endpoint without saying which agent."""
+
+    code = "agent_required"
+
+
+class NotAnAgent(CognitionError):
+    code = "agent_principal_required"
+    http_status = 403
+
+
+class SkillShared(CognitionError):
+    """Deleting the skill would remove policies of agents the caller does not act for."""
+
+    code = "skill_shared"
+    http_status = 409
