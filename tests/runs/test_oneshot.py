@@ -223,3 +223,28 @@ def test_a_scratch_directory_that_does_not_exist_is_a_sandbox_error(tmp_path):
     assert outcome.ok is False
     assert outcome.error is not None
     assert outcome.error.startswith("sandbox_error: [Errno 2] No such file or directory")
+
+
+@pytest.mark.parametrize("backend", ["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def test_both_isolating_backends_compute_without_network_and_clean_up(backend, settings, scratch):
+    # given the configured backend is one of the isolating ones
+    settings.SANDBOX_BACKEND = backend
+    code = (
+        "import socket\n"
+        "try:\n"
+        "    socket.create_connection(('127.0.0.1', 5432), timeout=2).close()\n"
+        "    reached = 'connected'\n"
+        "except OSError as exc:\n"
+        "    reached = type(exc).__name__\n"
+        "open('left.txt', 'w').write('x')\n"
+        "(sum(range(10)), reached)\n"
+    )
+    # when a oneshot runs there
+    outcome = oneshot_run(code=code, scratch_dir=scratch)
+    # then it computed, reached nothing, and left nothing
+    assert (outcome.ok, outcome.result, outcome.error) == (
+        True,
+        "(45, 'ConnectionRefusedError')",
+        None,
+    )
+    assert list(scratch.iterdir()) == []
