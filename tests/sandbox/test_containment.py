@@ -8,13 +8,27 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from sandbox.types import ExecRequest, Limits, Session
+from sandbox.backends.bwrap import BwrapBackend
+from sandbox.types import (
+    Backend,
+    ConnectionReport,
+    ExecRequest,
+    Limits,
+    NetworkPolicy,
+    Session,
+    SessionSpec,
+)
+from tests.fixtures.upstream import FakeDNS, Upstream
 from tests.sandbox.conftest import SandboxFactory, py, py_json
 
 pytestmark = pytest.mark.slow
@@ -711,3 +725,381 @@ def test_daemons_do_not_outlive_the_call(sandbox: Session) -> None:
     )
     assert state == {"procs": state["procs"], "grew": 0}  # type: ignore[index]
     assert state["procs"] <= 4  # type: ignore[index]
+
+
+# ------------------------------------------------------------- egress with a network policy
+#
+# The same escape categories as tests/sandbox/test_egress_proxy.py, but driven from inside a
+# real session on each backend, through the bridge, so that what is tested is the whole path a
+# program in the sandbox has. Containment is shown by the proxy's connection reports, the test
+# resolver's query log, a host listener's accept count and the upstream's own access log.
+
+CA_INSIDE = "/etc/motor-test-ca.pem"
+
+# Sends each raw request (a CONNECT or an absolute-form request) straight to the in-sandbox end
+# of the bridge and prints the status code of each answer (0 when the connection just closed).
+RAW_PROXY_PROBE = """
+import json, socket, sys
+out = []
+for raw in json.loads(sys.stdin.read()):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=15)
+    try:
+        s.sendall(raw.encode("latin-1"))
+        data = b""
+        while b"\\r\\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        line = data.split(b"\\r\\n", 1)[0].split()
+        out.append(int(line[1]) if len(line) > 1 else 0)
+    finally:
+        s.close()
+print(json.dumps(out))
+"""
+
+
+class HostListener:
+    """A TCP listener on the host's 127.0.0.1 counting the connections it accepts."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.setblocking(False)
+        self.port = int(self.sock.getsockname()[1])
+
+    def accepted(self) -> int:
+        count = 0
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except BlockingIOError:
+                return count
+            conn.close()
+            count += 1
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class NetSandbox:
+    session: Session
+    dns: FakeDNS
+    reports: list[ConnectionReport]
+    listener: HostListener
+
+    def attempts(self, expected: int) -> list[ConnectionReport]:
+        """The proxy's reports of real attempts (the docker supervisor's start-up probe of the
+        bridge is an empty request and left out), waiting up to 10 s for `expected` of them:
+        a tunnel is reported when it closes, which may be just after the call returned."""
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            found = [r for r in list(self.reports) if r.host]
+            if len(found) >= expected:
+                return found
+            time.sleep(0.02)
+        return [r for r in list(self.reports) if r.host]
+
+    def raw(self, *requests: str) -> list[int]:
+        result = self.session.exec(
+            ExecRequest(
+                argv=["python3", "-c", RAW_PROXY_PROBE],
+                stdin=json.dumps(list(requests)).encode(),
+                timeout_s=60,
+            )
+        )
+        assert result.exit_code == 0, result.stderr
+        statuses = json.loads(result.stdout)
+        assert isinstance(statuses, list)
+        return statuses
+
+
+@pytest.fixture
+def net_sandbox(backend_name: str, upstream: Upstream, tmp_path: Path) -> Iterator[NetSandbox]:
+    """A session allowed `*.allowed.test` (port 80, 443 and a host listener's port), whose
+    proxy resolves: api/www to the upstream; evil.test to the upstream too (only the allowlist
+    keeps it out); db to 127.0.0.1; meta to the metadata address; lan to RFC 1918; mapped to an
+    IPv4-mapped loopback; rebind to the upstream first and loopback afterwards."""
+    listener = HostListener()
+    dns = upstream.resolver(
+        names=("api.allowed.test", "www.allowed.test"),
+        extra={
+            "evil.test": upstream.ip,
+            "db.allowed.test": "127.0.0.1",
+            "meta.allowed.test": "169.254.169.254",
+            "lan.allowed.test": "10.0.0.5",
+            "mapped.allowed.test": "::ffff:127.0.0.1",
+        },
+        in_turn={"rebind.allowed.test": [[upstream.ip], ["127.0.0.1"]]},
+    )
+    reports: list[ConnectionReport] = []
+    workspace = tmp_path / "net-ws"
+    workspace.mkdir()
+    backend: Backend
+    if backend_name == "bwrap":
+        backend = BwrapBackend(egress_resolver=dns)
+    else:
+        from sandbox.backends.docker import DockerBackend
+
+        backend = DockerBackend(egress_resolver=dns)
+    session = backend.open(
+        SessionSpec(
+            workspace=workspace,
+            network=NetworkPolicy(
+                allowed_domains=("*.allowed.test",), allowed_ports=(80, 443, listener.port)
+            ),
+            readonly_mounts=[(upstream.ca_path, CA_INSIDE)],
+            environment={"SSL_CERT_FILE": CA_INSIDE},
+            on_connection=reports.append,
+        )
+    )
+    try:
+        yield NetSandbox(session=session, dns=dns, reports=reports, listener=listener)
+    finally:
+        session.close()
+        listener.close()
+
+
+def test_an_allowed_name_is_reached_and_reported_from_inside(
+    net_sandbox: NetSandbox, upstream: Upstream
+) -> None:
+    # given a unique path, when the sandbox fetches it over HTTPS with a standard client
+    canary = "/hello?allowed-" + os.urandom(6).hex()
+    result = net_sandbox.session.exec(
+        ExecRequest(
+            argv=[
+                "curl",
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                f"https://api.allowed.test{canary}",
+            ],
+            timeout_s=30,
+        )
+    )
+    # then it arrived once, through the proxy, which reported it with the checked address
+    assert (result.exit_code, result.stdout) == (0, b"200")
+    assert upstream.seen(canary) == 1
+    [report] = net_sandbox.attempts(1)
+    assert (report.host, report.port, report.resolved_ip, report.verdict) == (
+        "api.allowed.test",
+        443,
+        upstream.ip,
+        "allowed",
+    )
+    assert report.bytes_up > 0 and report.bytes_down > 0
+    assert report.session_id == net_sandbox.session.id
+
+
+def test_non_allowlisted_domains_never_leave_the_sandbox(
+    net_sandbox: NetSandbox, upstream: Upstream
+) -> None:
+    # given names that resolve to the real upstream but are not allowed, and a unique path
+    canary = "/hello?blocked-" + os.urandom(6).hex()
+    # when the sandbox asks for them over HTTPS (CONNECT) and plain HTTP (absolute form), and
+    # tries the bare parent of the wildcard and a suffix trick
+    https = net_sandbox.session.exec(
+        ExecRequest(argv=["curl", "-sS", f"https://evil.test{canary}"], timeout_s=30)
+    )
+    statuses = net_sandbox.raw(
+        f"GET http://evil.test{canary} HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+        f"GET http://allowed.test{canary} HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+        "CONNECT api.allowed.test.evil.test:443 HTTP/1.1\r\n\r\n",
+    )
+    # then curl failed on the refused tunnel, every request got 403, nothing reached the
+    # upstream, no name was looked up, and every attempt was reported as denied
+    assert https.exit_code == 56
+    assert statuses == [403, 403, 403]
+    assert upstream.seen(canary) == 0
+    assert net_sandbox.dns.calls == []
+    reports = net_sandbox.attempts(4)
+    assert sorted((r.host, r.verdict, r.reason, r.bytes_up, r.bytes_down) for r in reports) == [
+        ("allowed.test", "denied", "not_allowlisted", 0, 0),
+        ("api.allowed.test.evil.test", "denied", "not_allowlisted", 0, 0),
+        ("evil.test", "denied", "not_allowlisted", 0, 0),
+        ("evil.test", "denied", "not_allowlisted", 0, 0),
+    ]
+
+
+def test_ip_literals_in_every_notation_are_refused_from_inside(
+    net_sandbox: NetSandbox, upstream: Upstream
+) -> None:
+    # given the upstream's and loopback's addresses spelled every way a resolver might accept
+    a, b, c, d = (int(part) for part in upstream.ip.split("."))
+    as_int = (a << 24) | (b << 16) | (c << 8) | d
+    notations = [
+        upstream.ip,
+        str(as_int),
+        hex(as_int),
+        ".".join(f"0{part:o}" for part in (a, b, c, d)),
+        f"{a}.{b}.{(c << 8) | d}",
+        f"[::ffff:{upstream.ip}]",
+        "127.1",
+        "0x7f.0.0.1",
+        "0177.0.0.1",
+        "[::1]",
+        "169.254.169.254",
+        "[fd00::1]",
+    ]
+    canary = "/hello?literal-" + os.urandom(6).hex()
+    # when the sandbox asks the proxy for each, as a plain request and as a tunnel
+    plain = net_sandbox.raw(
+        *(f"GET http://{n}{canary} HTTP/1.1\r\nHost: {n}\r\n\r\n" for n in notations)
+    )
+    tunnels = net_sandbox.raw(*(f"CONNECT {n}:443 HTTP/1.1\r\n\r\n" for n in notations))
+    # then each one is refused (none is listed) without a lookup, and nothing reached the
+    # upstream or the host's loopback
+    assert plain == [403] * len(notations)
+    assert tunnels == [403] * len(notations)
+    assert upstream.seen(canary) == 0
+    assert net_sandbox.dns.calls == []
+    reports = net_sandbox.attempts(2 * len(notations))
+    assert len(reports) == 2 * len(notations)
+    assert {(r.verdict, r.bytes_up, r.bytes_down) for r in reports} == {("denied", 0, 0)}
+
+
+def test_allowed_names_resolving_to_private_or_metadata_addresses_are_refused(
+    net_sandbox: NetSandbox,
+) -> None:
+    # given allowed names whose DNS answers point at the host's loopback (where a listener
+    # waits), RFC 1918, an IPv4-mapped loopback and the cloud metadata address
+    port = net_sandbox.listener.port
+    targets = {
+        "db.allowed.test": "127.0.0.1",
+        "lan.allowed.test": "10.0.0.5",
+        "mapped.allowed.test": "::ffff:127.0.0.1",
+        "meta.allowed.test": "169.254.169.254",
+    }
+    # when the sandbox asks for each on the listener's port, as a tunnel and as plain HTTP
+    tunnels = net_sandbox.raw(*(f"CONNECT {name}:{port} HTTP/1.1\r\n\r\n" for name in targets))
+    plain = net_sandbox.raw(
+        *(f"GET http://{name}:{port}/ HTTP/1.1\r\nHost: {name}\r\n\r\n" for name in targets)
+    )
+    # then every request is refused after one lookup each, the reports name the address that
+    # was refused, and the host's listener never saw a connection
+    assert tunnels == [403] * 4
+    assert plain == [403] * 4
+    assert sorted(net_sandbox.dns.calls) == sorted([(name, port) for name in targets] * 2)
+    assert net_sandbox.listener.accepted() == 0
+    reports = net_sandbox.attempts(8)
+    assert sorted((r.host, r.resolved_ip, r.verdict, r.reason) for r in reports) == sorted(
+        [(name, ip, "denied", "forbidden_address") for name, ip in targets.items()] * 2
+    )
+
+
+def test_dns_rebinding_cannot_redirect_a_checked_connection(
+    net_sandbox: NetSandbox, upstream: Upstream
+) -> None:
+    # given a name that resolves to the upstream once and to the host's loopback afterwards
+    port = net_sandbox.listener.port
+    canary = "/echo?rebind-" + os.urandom(6).hex()
+    # when the sandbox makes one plain request on port 80, then asks for the same name on the
+    # port where the host's loopback listener waits
+    first = net_sandbox.raw(
+        f"GET http://rebind.allowed.test{canary} HTTP/1.1\r\nHost: rebind.allowed.test\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    second = net_sandbox.raw(f"CONNECT rebind.allowed.test:{port} HTTP/1.1\r\n\r\n")
+    # then the first connection went to the address that was checked (one lookup; the
+    # upstream logged it) and the second lookup's loopback answer was refused: the host
+    # listener never saw a connection
+    assert (first, second) == ([200], [403])
+    assert upstream.seen(canary) == 1
+    assert net_sandbox.dns.calls == [("rebind.allowed.test", 80), ("rebind.allowed.test", port)]
+    assert net_sandbox.listener.accepted() == 0
+    reports = sorted(net_sandbox.attempts(2), key=lambda r: r.port)
+    assert [(r.port, r.resolved_ip, r.verdict) for r in reports] == [
+        (80, upstream.ip, "allowed"),
+        (port, "127.0.0.1", "denied"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "evil.test\x00.api.allowed.test:443",
+        "evil.test%00.api.allowed.test:443",
+        "evil.test:443.api.allowed.test:443",
+        "api.allowed.test@evil.test:443",
+        "evil.test\\.api.allowed.test:443",
+        "api.allowed.test..:443",
+        "API.ALLOWED.TEST.:22",
+        "xn--pi-6kc.allowed.test.evil.test:443",
+        "api.allowed.test:0443",
+    ],
+)
+def test_hostname_parser_tricks_are_refused_from_inside(
+    net_sandbox: NetSandbox, upstream: Upstream, target: str
+) -> None:
+    # when the sandbox sends a CONNECT line crafted to confuse a host parser
+    statuses = net_sandbox.raw(f"CONNECT {target} HTTP/1.1\r\n\r\n")
+    # then it is refused before any lookup and reported as denied with nothing relayed
+    assert statuses == [403]
+    assert net_sandbox.dns.calls == []
+    [report] = net_sandbox.attempts(1)
+    assert (report.verdict, report.bytes_up, report.bytes_down) == ("denied", 0, 0)
+
+
+def test_case_and_a_trailing_dot_reach_the_same_allowed_host(
+    net_sandbox: NetSandbox, upstream: Upstream
+) -> None:
+    # when the sandbox spells an allowed name in capitals with one trailing dot
+    canary = "/hello?case-" + os.urandom(6).hex()
+    statuses = net_sandbox.raw(
+        f"GET http://API.Allowed.TEST.{canary} HTTP/1.1\r\nHost: API.Allowed.TEST.\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    # then it is the canonical name that is looked up, allowed and reported
+    assert statuses == [200]
+    assert upstream.seen(canary) == 1
+    assert net_sandbox.dns.calls == [("api.allowed.test", 80)]
+    [report] = net_sandbox.attempts(1)
+    assert (report.host, report.verdict) == ("api.allowed.test", "allowed")
+
+
+def test_paths_around_the_proxy_fail_even_with_network_granted(
+    net_sandbox: NetSandbox, upstream: Upstream
+) -> None:
+    # given a session whose proxy would allow the upstream by name
+    canary = "/hello?direct-" + os.urandom(6).hex()
+    # when the sandbox ignores the proxy: curl without it, a raw TCP connect, UDP, and
+    # bash's /dev/tcp, all to the upstream's address
+    no_proxy = net_sandbox.session.exec(
+        ExecRequest(
+            argv=["curl", "-sS", "-m", "5", "--noproxy", "*", f"http://{upstream.ip}{canary}"],
+            timeout_s=30,
+        )
+    )
+    sockets = py_json(
+        net_sandbox.session,
+        f"""
+        import json, socket
+        out = {{}}
+        try:
+            socket.create_connection(("{upstream.ip}", 80), timeout=3)
+            out["tcp"] = "connected"
+        except OSError as exc:
+            out["tcp"] = exc.errno
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            u.sendto(b"x", ("{upstream.ip}", 53))
+            out["udp"] = "sent"
+        except OSError as exc:
+            out["udp"] = exc.errno
+        print(json.dumps(out))
+        """,
+    )
+    dev_tcp = net_sandbox.session.exec(
+        ExecRequest(argv=["bash", "-c", f"exec 3<>/dev/tcp/{upstream.ip}/80"], timeout_s=10)
+    )
+    # then nothing got out: curl could not connect, the sockets have no route, and neither
+    # the upstream nor the proxy saw anything
+    assert no_proxy.exit_code == 7
+    assert sockets == {"tcp": errno.ENETUNREACH, "udp": errno.ENETUNREACH}
+    assert dev_tcp.exit_code == 1
+    assert upstream.seen(canary) == 0
+    assert net_sandbox.attempts(0) == []
