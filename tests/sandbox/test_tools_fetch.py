@@ -1,10 +1,12 @@
-"""`fetch` (and curl in `bash`) from a real bwrap session through the real egress proxy to the
-test upstream in its own network namespace. The proxy's connection reports show what was dialled.
+"""`fetch` (and curl in `bash`) from real bwrap and Docker sessions through the real egress proxy
+to the test upstream in its own network namespace. The proxy's connection reports show what was
+dialled; the upstream's access log shows what arrived.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.parse
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ import pytest
 from sandbox.backends.bwrap import BwrapBackend
 from sandbox.tools import execute_tool
 from sandbox.types import (
+    Backend,
     ConnectionReport,
     ErrorCode,
     NetworkPolicy,
@@ -48,22 +51,53 @@ class Net:
         closes, which may be just after the tool call returned: wait (up to 10 s) for
         `expected` reports before reading them."""
         deadline = time.monotonic() + 10.0
-        while len(self.reports) < expected and time.monotonic() < deadline:
+        while len(self.attempts()) < expected and time.monotonic() < deadline:
             time.sleep(0.02)
-        return sorted((r.host, r.verdict) for r in self.reports)
+        return sorted((r.host, r.verdict) for r in self.attempts())
+
+    def attempts(self) -> list[ConnectionReport]:
+        # the docker supervisor's start-up probe of the bridge is an empty request: not a fetch
+        return [r for r in list(self.reports) if r.host]
+
+
+def make_backend(name: str, dns: FakeDNS) -> Backend:
+    if name == "bwrap":
+        return BwrapBackend(egress_resolver=dns)
+    from sandbox.backends.docker import DockerBackend
+
+    return DockerBackend(egress_resolver=dns)
+
+
+@pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def backend_name(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 @pytest.fixture
-def net(upstream: Upstream, tmp_path: Path) -> Iterator[Net]:  # noqa: F811
-    # evil.test resolves to the upstream too: only the allowlist keeps it out
-    dns = upstream.resolver(extra={"evil.test": upstream.ip})
+def net(upstream: Upstream, tmp_path: Path, backend_name: str) -> Iterator[Net]:  # noqa: F811
+    # evil.test resolves to the upstream too: only the allowlist keeps it out; the names under
+    # allowed.test that point at private or metadata addresses are allowed by name only
+    dns = upstream.resolver(
+        extra={
+            "evil.test": upstream.ip,
+            "db.allowed.test": "127.0.0.1",
+            "meta.allowed.test": "169.254.169.254",
+        }
+    )
     reports: list[ConnectionReport] = []
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    session = BwrapBackend(egress_resolver=dns).open(
+    session = make_backend(backend_name, dns).open(
         SessionSpec(
             workspace=workspace,
-            network=NetworkPolicy(allowed_domains=("api.allowed.test", "allowed.test")),
+            network=NetworkPolicy(
+                allowed_domains=(
+                    "api.allowed.test",
+                    "allowed.test",
+                    "db.allowed.test",
+                    "meta.allowed.test",
+                )
+            ),
             readonly_mounts=[(upstream.ca_path, CA_INSIDE)],
             environment={"SSL_CERT_FILE": CA_INSIDE},
             on_connection=reports.append,
@@ -107,6 +141,36 @@ def test_a_redirect_to_a_forbidden_host_is_refused_at_that_hop(net: Net) -> None
     )
     assert net.verdicts(2) == [("api.allowed.test", "allowed"), ("evil.test", "denied")]
     assert [host for host, _ in net.dns.calls] == ["api.allowed.test"]
+
+
+@pytest.mark.parametrize(
+    ("target", "host", "reason"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254", "not_allowlisted"),
+        ("http://127.0.0.1:5432/", "127.0.0.1", "not_allowlisted"),
+        ("https://meta.allowed.test/latest/meta-data/", "meta.allowed.test", "forbidden_address"),
+        ("https://db.allowed.test/", "db.allowed.test", "forbidden_address"),
+    ],
+)
+def test_a_redirect_to_a_private_or_metadata_address_is_refused_at_that_hop(
+    net: Net,
+    upstream: Upstream,
+    target: str,
+    host: str,
+    reason: str,  # noqa: F811
+) -> None:
+    # given an allowed page that redirects to a metadata or loopback address, by IP literal or
+    # through an allowed name that resolves there
+    canary = "/redirect?private-" + os.urandom(6).hex()
+    # when fetched
+    result = net.fetch(url=f"{BASE}{canary}&to={urllib.parse.quote(target, safe='')}")
+    # then the first hop arrived, the second was refused by the proxy and nothing was dialled
+    assert (result.ok, result.error_code) == (False, ErrorCode.NETWORK_BLOCKED)
+    assert result.output.startswith("redirect 1 refused: ")
+    assert upstream.seen(canary) == 1
+    assert net.verdicts(2) == sorted([("api.allowed.test", "allowed"), (host, "denied")])
+    [refused] = [r for r in net.attempts() if r.host == host]
+    assert (refused.reason, refused.bytes_up, refused.bytes_down) == (reason, 0, 0)
 
 
 def test_relative_redirects_are_followed_hop_by_hop(net: Net) -> None:
@@ -185,7 +249,7 @@ def test_without_network_fetch_does_not_try(net: Net) -> None:
         ErrorCode.NETWORK_BLOCKED,
         "this run has no network access; use ask_user to request a domain",
     )
-    assert net.reports == []
+    assert net.attempts() == []
 
 
 def test_invalid_urls_are_refused_without_trying(net: Net) -> None:
@@ -194,7 +258,7 @@ def test_invalid_urls_are_refused_without_trying(net: Net) -> None:
         ErrorCode.INVALID_ARGS,
         "fetch: 'file:///etc/passwd' is not an absolute http:// or https:// URL",
     )
-    assert net.reports == []
+    assert net.attempts() == []
 
 
 def test_curl_in_bash_goes_through_the_proxy_and_is_web_data(net: Net) -> None:
@@ -235,11 +299,12 @@ def test_credentials_echoed_by_curl_are_redacted(net: Net) -> None:
 def test_an_unreachable_allowed_destination_is_a_retryable_http_error(
     upstream: Upstream,  # noqa: F811
     tmp_path: Path,
+    backend_name: str,
 ) -> None:
     # given port 9 allowed by policy, where the upstream has no listener
     workspace = tmp_path / "ws9"
     workspace.mkdir()
-    session = BwrapBackend(egress_resolver=upstream.resolver()).open(
+    session = make_backend(backend_name, upstream.resolver()).open(
         SessionSpec(
             workspace=workspace,
             network=NetworkPolicy(allowed_domains=("api.allowed.test",), allowed_ports=(9,)),
