@@ -356,7 +356,11 @@ class ApprovalRequest(FSMModelMixin, models.Model):
         Step, null=True, blank=True, on_delete=models.CASCADE, related_name="approvals"
     )
     action_hash = models.CharField(max_length=71, help_text="sha256: + hex of the canonical call.")
+    action = models.JSONField(default=dict, blank=True, help_text="{tool, arguments} approved.")
     summary = models.TextField(blank=True, default="")
+    used_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the approved action was started (at most once)."
+    )
     status = FSMField(
         max_length=16,
         choices=ApprovalStatus.choices,

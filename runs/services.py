@@ -39,6 +39,8 @@ from runs.models import (
     MAX_ITERATIONS_CEILING,
     MAX_RUN_TIMEOUT_S,
     RETRY_MAX_ITERATIONS,
+    ApprovalRequest,
+    ApprovalStatus,
     Attempt,
     AttemptStatus,
     FailureCategory,
@@ -59,10 +61,13 @@ from runs.tasks import run_step_task
 from runs.tools import (
     ASK_USER,
     INTERRUPTED,
+    REQUEST_APPROVAL,
     SYNTHETIC_TOOLS,
     SandboxSlot,
+    action_hash,
     envelope,
     expand_granted,
+    needs_approval,
     offered_schemas,
     parse_arguments,
     tool_message_content,
@@ -610,6 +615,31 @@ def _perform_call(
         if step is not None and step.state == StepState.DONE:
             return None  # recorded already; its result is in the messages
         if step is not None:
+            approval = _usable_approval(run, step)
+            if approval is not None:
+                # Approved while paused: start exactly this action, once.
+                approval.used_at = timezone.now()
+                approval.save(update_fields=["used_at"])
+                step_id, run_snapshot = step.pk, run
+                return _execute_and_record(
+                    lease, step_id, run_snapshot, name, arguments or {}, slot, credentials, actor
+                )
+            if (
+                _is_sandbox_call(run, name, arguments)
+                and needs_approval(name, arguments or {}, network_enabled=bool(run.allowed_domains))
+                and not step.approvals.exists()
+            ):
+                # A non-idempotent call caught in flight: only the owner may decide to rerun it.
+                return _pause_for_approval(
+                    run,
+                    attempt,
+                    lease,
+                    step=step,
+                    tool=name,
+                    arguments=arguments or {},
+                    summary="outcome unknown — run again?",
+                    actor=actor,
+                )
             # In flight when its worker died: the outcome is unknown, so it is not run again.
             # The model sees that and decides whether to repeat it.
             result = envelope(
@@ -655,17 +685,54 @@ def _perform_call(
             )
             _complete_step(run, attempt, step, result)
             return _after_result(run, attempt, name, result, actor=actor)
+        if name == REQUEST_APPROVAL:
+            proposal = _approval_proposal(run, arguments)
+            if isinstance(proposal, dict) and "ok" in proposal:
+                _complete_step(run, attempt, step, proposal)
+                return _after_result(run, attempt, name, proposal, actor=actor)
+            return _pause_for_approval(run, attempt, lease, step=step, actor=actor, **proposal)
         refusal = _refusal(run, name, arguments)
         if refusal is not None:
             _complete_step(run, attempt, step, refusal)
             return _after_result(run, attempt, name, refusal, actor=actor)
+        if run.approval_required and needs_approval(
+            name, arguments or {}, network_enabled=bool(run.allowed_domains)
+        ):
+            granted = _unused_approval(run, action_hash(name, arguments or {}))
+            if granted is None:
+                return _pause_for_approval(
+                    run,
+                    attempt,
+                    lease,
+                    step=step,
+                    tool=name,
+                    arguments=arguments or {},
+                    summary="approval required before this action",
+                    actor=actor,
+                )
+            granted.used_at = timezone.now()
+            granted.save(update_fields=["used_at"])
         step_id = step.pk
         run_snapshot = run
+    return _execute_and_record(
+        lease, step_id, run_snapshot, name, arguments or {}, slot, credentials, actor
+    )
 
-    # Outside any transaction: the side effect itself.
+
+def _execute_and_record(
+    lease: Lease,
+    step_id: int,
+    run_snapshot: MotorRun,
+    name: str,
+    arguments: dict[str, Any],
+    slot: SandboxSlot,
+    credentials: Callable[[MotorRun], dict[str, str]] | None,
+    actor: str,
+) -> SliceOutcome | None:
+    """The side effect itself (outside any transaction), then its fenced record."""
     started = time.monotonic()
     values = (credentials or _resolve_credentials)(run_snapshot)
-    result = slot.execute(name=name, arguments=arguments or {}, credentials=values)
+    result = slot.execute(name=name, arguments=arguments, credentials=values)
     result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
 
     with transaction.atomic():
@@ -674,6 +741,103 @@ def _perform_call(
         step = Step.objects.select_for_update().get(pk=step_id)
         _complete_step(run, attempt, step, result)
         return _after_result(run, attempt, name, result, actor=actor)
+
+
+def _is_sandbox_call(run: MotorRun, name: str, arguments: dict[str, Any] | None) -> bool:
+    return name in run.tools and arguments is not None
+
+
+def _usable_approval(run: MotorRun, step: Step) -> ApprovalRequest | None:
+    """The consumed, not yet used approval bound to this step and its exact call, if any."""
+    approval = (
+        ApprovalRequest.objects.select_for_update()
+        .filter(run=run, step=step, status=ApprovalStatus.CONSUMED, used_at__isnull=True)
+        .first()
+    )
+    if approval is None or step.tool == REQUEST_APPROVAL:
+        return None
+    if approval.action_hash != action_hash(step.tool, step.arguments):
+        return None
+    return approval
+
+
+def _unused_approval(run: MotorRun, hash_: str) -> ApprovalRequest | None:
+    return (
+        ApprovalRequest.objects.select_for_update()
+        .filter(run=run, status=ApprovalStatus.CONSUMED, used_at__isnull=True, action_hash=hash_)
+        .order_by("id")
+        .first()
+    )
+
+
+def _approval_proposal(run: MotorRun, arguments: dict[str, Any] | None) -> dict[str, Any]:
+    """{tool, arguments, summary} of a request_approval call, or an error envelope."""
+    arguments = arguments or {}
+    tool, proposed, reason = (
+        arguments.get("tool"),
+        arguments.get("arguments"),
+        arguments.get("reason"),
+    )
+    if not isinstance(tool, str) or not isinstance(proposed, dict) or not reason:
+        return envelope(
+            ok=False,
+            output="request_approval needs 'tool' (string), 'arguments' (object) and 'reason'",
+            error_code="invalid_args",
+        )
+    if tool not in run.tools:
+        return envelope(
+            ok=False,
+            output=f"tool {tool!r} is not granted to this run; there is nothing to approve",
+            error_code="denied",
+        )
+    return {"tool": tool, "arguments": proposed, "summary": str(reason)}
+
+
+def _pause_for_approval(
+    run: MotorRun,
+    attempt: Attempt,
+    lease: Lease,
+    *,
+    step: Step,
+    tool: str,
+    arguments: dict[str, Any],
+    summary: str,
+    actor: str,
+) -> SliceOutcome:
+    """Write the approval request, pause run and attempt, signal the owner. Caller holds locks."""
+    ttl = int(getattr(settings, "MOTOR_APPROVAL_TTL_SECONDS", 15 * 60))
+    approval = ApprovalRequest.objects.create(
+        run=run,
+        step=step,
+        action_hash=action_hash(tool, arguments),
+        action={"tool": tool, "arguments": arguments},
+        summary=summary,
+        expires_at=timezone.now() + timedelta(seconds=ttl),
+    )
+    previous = run.status
+    attempt.await_approval(tool_call_id=step.tool_call_id)
+    attempt.save(update_fields=["status", "pending_tool_call_id"])
+    run.await_approval()
+    run.save(update_fields=["status", "updated_at"])
+    MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
+    lease_release(lease)
+    _event(run, from_status=previous, actor=actor, approval=approval.pk)
+    _signal(
+        run,
+        {
+            "run_id": run.id,
+            "status": RunStatus.AWAITING_APPROVAL,
+            "approval": {
+                "id": approval.pk,
+                "tool": tool,
+                "arguments": arguments,
+                "summary": summary,
+                "action_hash": approval.action_hash,
+                "expires_at": approval.expires_at.isoformat(),
+            },
+        },
+    )
+    return SliceOutcome.PAUSED
 
 
 def _resolve_credentials(run: MotorRun) -> dict[str, str]:
@@ -929,7 +1093,8 @@ def run_reap(*, actor: str = "reaper") -> ReapReport:
     A run in created/running with no holder for MOTOR_REAPER_GRACE_SECONDS, or with an expired
     lease, gets a new message for its current token (a duplicate of a merely queued message is
     dropped by the token check). A run awaiting input longer than
-    MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS fails with "User response timeout".
+    MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS fails with "User response timeout"; a pending approval
+    past its expiry is expired and its run fails with "Approval timeout".
     """
     now = timezone.now()
     grace = timedelta(seconds=int(getattr(settings, "MOTOR_REAPER_GRACE_SECONDS", 120)))
@@ -964,6 +1129,26 @@ def run_reap(*, actor: str = "reaper") -> ReapReport:
             # Fence anything that might still hold an old token for this run.
             MotorRun.objects.filter(pk=run.pk).update(lease_token=F("lease_token") + 1)
         timed_out.append(run_id)
+    for approval_id, run_id in ApprovalRequest.objects.filter(
+        status=ApprovalStatus.PENDING, expires_at__lt=now
+    ).values_list("id", "run_id"):
+        with transaction.atomic():
+            run = _lock_run(run_id)
+            approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
+            if approval.status != ApprovalStatus.PENDING:
+                continue  # decided meanwhile
+            approval.expire(at=now)
+            approval.save(update_fields=["status", "decided_at"])
+            if run.status == RunStatus.AWAITING_APPROVAL:
+                _finish_failed(
+                    run,
+                    _current_attempt(run),
+                    category=FailureCategory.TIMEOUT,
+                    message="Approval timeout",
+                    retryable=True,
+                    actor=actor,
+                )
+        timed_out.append(run_id)
     return {"woken": woken, "timed_out": timed_out}
 
 
@@ -987,3 +1172,107 @@ def run_reemit_pending_questions(*, actor: str = "startup") -> list[int]:
             )
         ids.append(signal.id)
     return ids
+
+
+def _pending_approval(run_id: str, approval_id: int) -> tuple[MotorRun, Attempt, ApprovalRequest]:
+    run = _lock_run(run_id)
+    if run.status != RunStatus.AWAITING_APPROVAL:
+        raise InvalidTransition(
+            f"run {run_id} is {run.status}; only a run awaiting approval takes a decision",
+            run_id=run_id,
+            status=run.status,
+        )
+    approval = (
+        ApprovalRequest.objects.select_for_update(of=("self",))
+        .filter(run=run, pk=approval_id, status=ApprovalStatus.PENDING)
+        .select_related("step")
+        .first()
+    )
+    if approval is None:
+        raise InvalidTransition(
+            f"approval {approval_id} is not the pending approval of run {run_id}",
+            run_id=run_id,
+            approval_id=approval_id,
+        )
+    return run, _current_attempt(run), approval
+
+
+def _resume_after_decision(run: MotorRun, attempt: Attempt, *, actor: str, **detail: object) -> str:
+    attempt.resume()
+    attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
+    previous = run.status
+    run.resume()
+    run.save(update_fields=["status", "updated_at"])
+    _event(run, from_status=previous, actor=actor, **detail)
+    token, run_id = run.lease_token, run.id
+    transaction.on_commit(lambda: _enqueue_step(run_id, token))
+    return previous
+
+
+def run_approve(*, run_id: str, approval_id: int, actor: str) -> RunTransitioned:
+    """Approve the pending action: exactly that call (same hash) may run once; the loop resumes.
+
+    An approval given after its expiry fails the run instead. Raises InvalidTransition (nothing
+    changed) unless `approval_id` is the run's pending approval.
+    """
+    with transaction.atomic():
+        run, attempt, approval = _pending_approval(run_id, approval_id)
+        now = timezone.now()
+        if approval.expires_at <= now:
+            approval.expire(at=now)
+            approval.save(update_fields=["status", "decided_at"])
+            _finish_failed(
+                run,
+                attempt,
+                category=FailureCategory.TIMEOUT,
+                message="the approval expired before it was given",
+                retryable=True,
+                actor=actor,
+            )
+            return {
+                "run_id": run_id,
+                "previous_status": "awaiting_approval",
+                "new_status": "failed",
+            }
+        approval.consume(at=now)
+        approval.save(update_fields=["status", "decided_at"])
+        step = approval.step
+        if step is not None and step.tool == REQUEST_APPROVAL:
+            tool = approval.action.get("tool")
+            _complete_step(
+                run,
+                attempt,
+                step,
+                envelope(
+                    ok=True,
+                    output=(
+                        f"Approved: you may call {tool} with exactly the arguments you proposed, "
+                        "once."
+                    ),
+                    provenance="user",
+                ),
+            )
+        previous = _resume_after_decision(run, attempt, actor=actor, approval=approval.pk)
+    return {"run_id": run_id, "previous_status": previous, "new_status": RunStatus.RUNNING}
+
+
+def run_reject(*, run_id: str, approval_id: int, actor: str, note: str = "") -> RunTransitioned:
+    """Refuse the pending action: it never runs, the model is told why, the loop resumes."""
+    with transaction.atomic():
+        run, attempt, approval = _pending_approval(run_id, approval_id)
+        approval.reject(at=timezone.now())
+        approval.save(update_fields=["status", "decided_at"])
+        if approval.step is not None:
+            _complete_step(
+                run,
+                attempt,
+                approval.step,
+                envelope(
+                    ok=False,
+                    output="The owner rejected this action" + (f": {note}" if note else "."),
+                    error_code="rejected",
+                    provenance="user",
+                ),
+            )
+        previous = _resume_after_decision(run, attempt, actor=actor, approval=approval.pk)
+    return {"run_id": run_id, "previous_status": previous, "new_status": RunStatus.RUNNING}

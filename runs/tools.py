@@ -6,6 +6,7 @@ Sandbox tools run through `sandbox.tools.execute_tool` in a session opened for t
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +35,50 @@ ASK_USER_SCHEMA: dict[str, Any] = {
     },
 }
 
-SYNTHETIC_TOOLS: tuple[str, ...] = (ASK_USER,)
+REQUEST_APPROVAL = "request_approval"
+
+REQUEST_APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": REQUEST_APPROVAL,
+        "description": (
+            "Ask the owner to approve one exact tool call before you make it (for anything "
+            "irreversible: submitting, paying, deleting, sending). The run pauses until they "
+            "decide. An approval lets exactly that call, with exactly those arguments, run once."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "tool": {"type": "string", "description": "The tool you want to call."},
+                "arguments": {"type": "object", "description": "Its exact arguments."},
+                "reason": {"type": "string", "description": "What it does, for the owner."},
+            },
+            "required": ["tool", "arguments", "reason"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+SYNTHETIC_TOOLS: tuple[str, ...] = (ASK_USER, REQUEST_APPROVAL)
+
+
+def action_hash(tool: str, arguments: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a tool call: what an approval is bound to."""
+    canonical = json.dumps(
+        {"tool": tool, "arguments": arguments}, sort_keys=True, separators=(",", ":")
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def needs_approval(name: str, arguments: dict[str, Any], *, network_enabled: bool) -> bool:
+    """True for calls whose repetition could do harm (the sandbox library's idempotency facts)."""
+    import sandbox.tools as sandbox_tools
+
+    try:
+        return not sandbox_tools.is_idempotent(name, arguments, network_enabled=network_enabled)
+    except ValueError:
+        return True
+
 
 #: error code of a call that was in flight when its worker died (its outcome is unknown)
 INTERRUPTED = "interrupted"
@@ -60,7 +104,7 @@ def offered_schemas(granted: Sequence[str], *, synthetic: bool = True) -> list[d
 
         schemas.extend(sandbox_tools.tool_schemas(granted))
     if synthetic:
-        schemas.append(ASK_USER_SCHEMA)
+        schemas.extend([ASK_USER_SCHEMA, REQUEST_APPROVAL_SCHEMA])
     return schemas
 
 

@@ -36,7 +36,7 @@ def test_no_tool_call_completes_with_the_text_as_summary_and_a_signal(agent, scr
     assert signal.payload == {"run_id": run_id, "status": "completed", "result": run.result}
 
 
-def test_the_model_sees_the_task_in_the_system_prompt_and_only_ask_user_without_grants(
+def test_the_model_sees_the_task_in_the_system_prompt_and_only_host_tools_without_grants(
     agent, scripted_llm
 ):
     # given a run granted no sandbox tools
@@ -44,14 +44,17 @@ def test_the_model_sees_the_task_in_the_system_prompt_and_only_ask_user_without_
     scripted_llm.add(reply_text("ok"))
     # when it runs
     drive(run_id, scripted_llm.client())
-    # then the one request carried the task in the system prompt and offered only ask_user
+    # then the one request carried the task in the system prompt and offered only host tools
     (request,) = scripted_llm.requests
     assert request["model"] == "gpt-4o-mini"
     assert request["messages"][0]["role"] == "system"
     assert "<task>\nSummarise the plan\n</task>" in request["messages"][0]["content"]
     assert "Granted tools: none" in request["messages"][0]["content"]
     assert request["messages"][1] == {"role": "user", "content": "Summarise the plan"}
-    assert [tool["function"]["name"] for tool in request["tools"]] == ["ask_user"]
+    assert [tool["function"]["name"] for tool in request["tools"]] == [
+        "ask_user",
+        "request_approval",
+    ]
 
 
 def test_ask_user_round_trip_feeds_the_answer_back_as_that_calls_result(agent, scripted_llm):
@@ -246,6 +249,7 @@ def test_replay_reproduces_a_recorded_run(agent, make_agent, scripted_llm):
         ({"task": "t", "trigger": "cron"}, "trigger: 'cron' is not one of"),
         ({"task": "t", "credential_names": ["Bad-Name"]}, "credential_names: 'Bad-Name' must"),
         ({"task": "t", "tools": ["ask_user"]}, "tools: ask_user is host-side"),
+        ({"task": "t", "tools": ["request_approval"]}, "tools: request_approval is host-side"),
     ],
 )
 def test_invalid_start_params_are_refused_and_nothing_is_created(

@@ -109,3 +109,59 @@ def test_a_slice_that_kept_killing_its_worker_fails_the_run_as_poison(agent, scr
     assert attempt.failure["message"] == "a step ended its worker 3 times in a row"
     assert MotorRun.objects.get(pk=run_id).status == RunStatus.FAILED
     assert scripted_llm.requests == []
+
+
+def test_a_non_idempotent_call_caught_in_flight_asks_the_owner_before_running_again(
+    agent, scripted_llm, tmp_path
+):
+    # given a run whose worker died during a bash call (not safe to repeat blindly)
+    from runs.models import ApprovalRequest
+    from runs.services import run_approve
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    run_id = run_start(
+        agent_id=agent.pk, task="t", tools=["bash"], workspace=str(workspace), actor="t"
+    )["run_id"]
+    arguments = {"command": "echo once >> log.txt"}
+    call = tool_call("bash", arguments, call_id="b1")
+    attempt = Attempt.objects.get(run_id=run_id)
+    attempt.messages = [
+        *attempt.messages,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+    ]
+    attempt.iteration = 1
+    attempt.save()
+    MotorRun.objects.filter(pk=run_id).update(
+        status=RunStatus.RUNNING,
+        started_at=timezone.now(),
+        lease_token=4,
+        lease_owner=f"{socket.gethostname()}:{_dead_pid()}:1",
+        lease_expires_at=timezone.now() + timedelta(minutes=10),
+    )
+    Step.objects.create(
+        attempt=attempt,
+        iteration=1,
+        call_index=0,
+        tool_call_id="b1",
+        tool="bash",
+        arguments=arguments,
+        lease_token=4,
+    )
+    # when the redelivered slice runs, then it asks the owner instead of guessing
+    assert run_step(run_id=run_id, client=scripted_llm.client(), owner="r") is SliceOutcome.PAUSED
+    approval = ApprovalRequest.objects.get(run_id=run_id)
+    assert (approval.summary, approval.action) == (
+        "outcome unknown — run again?",
+        {"tool": "bash", "arguments": arguments},
+    )
+    assert not (workspace / "log.txt").exists()
+    # and once approved, the call runs exactly once more
+    run_approve(run_id=run_id, approval_id=approval.pk, actor="user:1")
+    scripted_llm.add(reply_text("done"))
+    assert (
+        run_step(run_id=run_id, client=scripted_llm.client(), owner="r") is SliceOutcome.CONTINUED
+    )
+    assert run_step(run_id=run_id, client=scripted_llm.client(), owner="r") is SliceOutcome.FINISHED
+    assert (workspace / "log.txt").read_text() == "once\n"
+    assert Step.objects.get(attempt=attempt).result["ok"] is True

@@ -33,9 +33,18 @@ def test_only_the_granted_tools_schemas_are_offered_and_they_run_in_the_sandbox(
     )
     # when the loop runs
     outcomes = drive(run_id, scripted_llm.client())
-    # then the model was offered exactly the granted tools plus ask_user
+    # then the model was offered exactly the granted tools plus the host-side ones
     offered = [tool["function"]["name"] for tool in scripted_llm.requests[0]["tools"]]
-    assert offered == ["read", "write", "edit", "list", "glob", "grep", "ask_user"]
+    assert offered == [
+        "read",
+        "write",
+        "edit",
+        "list",
+        "glob",
+        "grep",
+        "ask_user",
+        "request_approval",
+    ]
     assert (
         "Granted tools: read, write, edit, list, glob, grep"
         in (scripted_llm.requests[0]["messages"][0]["content"])
