@@ -26,7 +26,7 @@ SECRET = "s3cr3t-value-that-must-never-leak-7f9a"  # noqa: S105 - test data
 
 
 def skill_md(
-    name: str, body: str = "# Steps\n\nCall https://api.example.org/v1 with curl.\n"
+    name: str, body: str = "# Steps\n\nCall https://api.agentmail.to/v0/inboxes with curl.\n"
 ) -> str:
     return f"---\nname: {name}\ndescription: Talks to the example API.\n---\n{body}"
 
