@@ -1057,6 +1057,7 @@ def policy_review(*, policy: Policy | int, actor: Actor) -> Policy:
             declared_domains=policy.allowed_domains,
             declared_credentials=policy.required_credentials,
             provenance=dict(version.provenance) or None,
+            skill_name=skill.name,
         )
         facts_json: dict[str, Any] = facts.to_dict()
         facts_json["credentials_set"] = sorted(decrypt_json(policy.credential_values))

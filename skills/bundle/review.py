@@ -49,7 +49,9 @@ from urllib.parse import urlsplit
 
 from .hashing import content_hash, sha256_hex
 from .paths import BIDI_CHARS, ZERO_WIDTH_CHARS
-from .types import Bundle, Finding, Severity, as_file_map
+from .skillmd import parse_skill_md
+from .skillmd import spec_findings as _spec_findings
+from .types import SKILL_MD, Bundle, BundleError, Finding, Severity, as_file_map
 
 WELL_KNOWN_VARS = frozenset(
     {
@@ -514,6 +516,7 @@ class ReviewFacts:
     domain_sources: dict[str, list[str]] = field(default_factory=dict)
     declared_domains: list[str] = field(default_factory=list)
     declared_credentials: list[str] = field(default_factory=list)
+    spec_findings: list[Finding] = field(default_factory=list)
 
     @property
     def has_danger(self) -> bool:
@@ -536,6 +539,7 @@ class ReviewFacts:
             "domain_sources": {k: list(v) for k, v in self.domain_sources.items()},
             "declared_domains": list(self.declared_domains),
             "declared_credentials": list(self.declared_credentials),
+            "spec_findings": [f.to_dict() for f in self.spec_findings],
         }
 
 
@@ -545,10 +549,14 @@ def review_bundle(
     declared_domains: Iterable[str] = (),
     declared_credentials: Iterable[str] = (),
     provenance: dict[str, Any] | None = None,
+    skill_name: str | None = None,
 ) -> ReviewFacts:
     """Review a skill's files against what its policy declares.
 
     ``files`` is a Bundle or ``{relative path: bytes}`` (policy.json, if present, is ignored).
+    ``spec_findings`` is the strict Agent Skills report on SKILL.md (what the lenient parser
+    tolerated plus every spec deviation); ``skill_name``, when given, is the directory name
+    the spec wants the ``name`` field to equal.
     """
     file_map = as_file_map(files)
     declared_domains = sorted({d.strip().lower() for d in declared_domains if d.strip()})
@@ -626,7 +634,19 @@ def review_bundle(
         domain_sources={k: sorted(v) for k, v in sorted(domain_sources.items())},
         declared_domains=declared_domains,
         declared_credentials=declared_credentials,
+        spec_findings=_spec_report(file_map.get(SKILL_MD), skill_name),
     )
+
+
+def _spec_report(skill_md: bytes | None, skill_name: str | None) -> list[Finding]:
+    """Findings of the lenient parse plus the strict spec report (problems become danger)."""
+    if skill_md is None:
+        return [Finding(SKILL_MD, "skill-md-missing", "there is no SKILL.md", "danger")]
+    try:
+        parsed = parse_skill_md(skill_md)
+    except BundleError as exc:
+        return [Finding(p.path, p.rule, p.message, "danger") for p in exc.problems]
+    return [*parsed.findings, *_spec_findings(parsed.frontmatter, skill_name)]
 
 
 # -- version diff -------------------------------------------------------------------------------

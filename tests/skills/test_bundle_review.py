@@ -404,3 +404,32 @@ def test_diff_of_identical_versions_is_empty():
     assert diff.has_changes is False
     assert diff.capability == []
     assert diff.changed == []
+
+
+# -- strict spec report -------------------------------------------------------------------------
+
+
+def test_spec_report_lists_tolerated_input_and_spec_deviations():
+    # given a SKILL.md with a BOM, an unknown field and a name that differs from its directory
+    text = "\ufeff---\nname: demo\ndescription: Demo.\nhomepage: x\n---\n"
+
+    # when reviewed as the skill "other"
+    facts = review_bundle({"SKILL.md": text.encode()}, skill_name="other")
+
+    # then the lenient parser's findings come first, then each spec deviation
+    assert [(f.path, f.rule, f.severity) for f in facts.spec_findings] == [
+        ("SKILL.md", "bom", "warning"),
+        ("SKILL.md", "spec-name-dir-mismatch", "warning"),
+        ("SKILL.md", "spec-unknown-field", "warning"),
+    ]
+    assert facts.to_dict()["spec_findings"][2]["rule"] == "spec-unknown-field"
+
+
+def test_spec_report_of_unparseable_or_missing_skill_md():
+    assert [
+        (f.rule, f.severity) for f in review_bundle({"SKILL.md": b"no frontmatter"}).spec_findings
+    ] == [("frontmatter-missing", "danger")]
+    assert [(f.rule, f.severity) for f in review_bundle({"a.md": b"x"}).spec_findings] == [
+        ("skill-md-missing", "danger")
+    ]
+    assert facts_of("# fine\n").spec_findings == []
