@@ -24,6 +24,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from runs.compaction import compact_messages
 from runs.errors import InvalidRunParams, InvalidTransition, LeaseLost, LLMUnavailable, MotorBusy
 from runs.lease import (
     Lease,
@@ -498,7 +499,8 @@ def _call_llm(
         skill_instructions=run.skill_instructions,
         recovery_context=attempt.recovery_context,
     )
-    messages = [{"role": "system", "content": system}, *attempt.messages]
+    # The model gets older tool results shortened; the attempt keeps every result in full.
+    messages = [{"role": "system", "content": system}, *compact_messages(attempt.messages)]
     try:
         return llm_chat(
             client=client or _default_client(),

@@ -67,3 +67,28 @@ def test_an_unknown_tool_grant_is_refused_naming_it(agent):
     with pytest.raises(InvalidRunParams, match="tools: unknown tool\\(s\\): 'teleport'"):
         run_start(agent_id=agent.pk, task="t", tools=["read", "teleport"], actor="test")
     assert MotorRun.objects.count() == 0
+
+
+def test_the_model_gets_older_results_compacted_while_the_attempt_keeps_them_in_full(
+    agent, scripted_llm, tmp_path
+):
+    # given five calls that each print 3000 characters
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    run_id = run_start(
+        agent_id=agent.pk, task="Print", tools=["code"], workspace=str(workspace), actor="test"
+    )["run_id"]
+    scripted_llm.add(
+        *(reply_tools(tool_call("code", {"code": f"print('{i}' * 3000)"})) for i in range(5)),
+        reply_text("printed"),
+    )
+    # when the loop runs
+    drive(run_id, scripted_llm.client())
+    # then the last request carried the two oldest results shortened and the last three in full
+    sent = [m["content"] for m in scripted_llm.requests[-1]["messages"] if m["role"] == "tool"]
+    assert [len(content) < 1000 for content in sent] == [True, True, False, False, False]
+    assert sent[0].startswith("[compacted tool result")
+    stored = [
+        m["content"] for m in Attempt.objects.get(run_id=run_id).messages if m["role"] == "tool"
+    ]
+    assert [content.strip() for content in stored] == [str(i) * 3000 for i in range(5)]
