@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from django.conf import settings
 from django.core.management import CommandError, call_command
 
+from skills.bundle import bundles_from_tree, review_bundle
 from skills.models import Policy, PolicyStatus, Skill, SkillFile, SkillVersion
 from skills.services import (
     Actor,
@@ -308,3 +310,57 @@ def test_exported_skills_import_back_without_approval(
     assert helper.allowed_domains == ["api.agentmail.to"]
     assert helper.approved_content_hash == ""
     assert Policy.objects.get(agent=agent).status == PolicyStatus.APPROVED
+
+
+def _stored(name: str) -> tuple[str, dict[str, bytes]]:
+    version = Skill.objects.get(name=name).current_version
+    return version.content_hash, {f.path: bytes(f.data) for f in version.files.all()}
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["directory", "tar.gz"])
+def test_examples_round_trip_through_export_and_import(tmp_path: Path, agent, packed):
+    # given the shipped examples loaded, one with a credential value set
+    _call("load_example_skills", "--agent", "main")
+    github = Policy.objects.get(skill__name="github-issues")
+    policy_update(
+        policy=github, actor=Actor.system("t"), set_credentials={"GITHUB_TOKEN": "ghp_secret"}
+    )
+    stored = {name: _stored(name) for name in EXAMPLES}
+
+    # when they are exported, removed from the store and imported back
+    exported = tmp_path / "export"
+    _call("export_skills", str(exported), "--agent", "main")
+    assert "ghp_secret" not in "".join(p.read_text() for p in exported.rglob("policy.json"))
+    Skill.objects.all().delete()
+    source = exported
+    if packed:
+        source = tmp_path / "skills.tar.gz"
+        with tarfile.open(source, "w:gz") as archive:
+            for name in EXAMPLES:
+                archive.add(exported / name, arcname=name)
+    out, _ = _call("import_skills", str(source), "--agent", "main")
+
+    # then every file and content hash is exactly what was exported, and nothing is approved
+    assert {name: _stored(name) for name in EXAMPLES} == stored
+    assert out.count(": created (v1") == 3
+    assert (
+        sorted(Policy.objects.values_list("status", flat=True)) == [PolicyStatus.PENDING_REVIEW] * 3
+    )
+    assert Policy.objects.get(skill__name="github-issues").credential_values == ""
+
+
+def test_examples_match_what_the_issue_asks_for():
+    # given the shipped example skills, read as bundles straight from disk
+    bundles, errors = bundles_from_tree(settings.MOTOR_EXAMPLE_SKILLS_DIR)
+    by_name = {b.name: b for b in bundles}
+
+    # then all three are valid, and between them: scripts/ + references/, an API domain,
+    # a credential
+    assert errors == []
+    assert sorted(by_name) == EXAMPLES
+    csv_paths = [f.path for f in by_name["csv-summary"].files]
+    assert any(p.startswith("scripts/") for p in csv_paths)
+    assert any(p.startswith("references/") for p in csv_paths)
+    assert review_bundle(by_name["exchange-rates"]).referenced_domains == ["api.frankfurter.app"]
+    assert "GITHUB_TOKEN" in review_bundle(by_name["github-issues"]).referenced_credentials
+    assert by_name["github-issues"].declared_policy["requiredCredentials"] == ["GITHUB_TOKEN"]

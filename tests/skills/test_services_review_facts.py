@@ -13,6 +13,7 @@ from skills.services import (
     policy_approve,
     policy_review,
     policy_update,
+    skill_import_pasted,
     skill_install_bundle,
 )
 from tests.skills.conftest import make_bundle
@@ -168,8 +169,6 @@ def test_review_lists_the_strict_spec_report(agent, system_actor, approver_actor
         "---\nname: spec--loose\ndescription: d\nhomepage: https://docs.tools.dev\n"
         "compatibility: " + "c" * 501 + "\n---\n# Body\n"
     )
-    from skills.services import skill_import_pasted
-
     installed = skill_import_pasted(text=text, actor=system_actor, agent=agent)
 
     # when
