@@ -86,3 +86,15 @@ class SkillShared(CognitionError):
 
     code = "skill_shared"
     http_status = 409
+
+
+class HumanRequired(CognitionError):
+    """Only a human user may do this (e.g. issue tokens)."""
+
+    code = "human_required"
+    http_status = 403
+
+
+class TokenNotFound(CognitionError):
+    code = "token_not_found"
+    http_status = 404

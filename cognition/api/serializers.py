@@ -149,3 +149,28 @@ class AgentSerializer(serializers.Serializer):
     regen_per_hour = serializers.FloatField()
     trust_level = serializers.CharField()
     trusted_for_relayed_consent = serializers.BooleanField()
+
+
+# --- tokens ----------------------------------------------------------------------------------
+
+
+class IssuedAgentTokenSerializer(serializers.Serializer):
+    agent = serializers.CharField()
+    token = serializers.CharField(help_text="Shown once; only its hash is stored.")
+    prefix = serializers.CharField(help_text="First characters, to recognise the token later.")
+
+
+class PersonalTokenSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    prefix = serializers.CharField(source="token_prefix")
+    created_at = serializers.DateTimeField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+
+
+class PersonalTokenCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100, help_text="What the token is for, e.g. 'laptop'.")
+
+
+class IssuedPersonalTokenSerializer(PersonalTokenSerializer):
+    token = serializers.CharField(help_text="Shown once; only its hash is stored.")

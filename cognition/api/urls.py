@@ -20,4 +20,7 @@ urlpatterns = [
     path("credentials/<str:name>/", views.CredentialDetailView.as_view(), name="credential-detail"),
     path("agents/", views.AgentListView.as_view(), name="agent-list"),
     path("agents/me/", views.AgentMeView.as_view(), name="agent-me"),
+    path("agents/<str:ref>/token/", views.AgentTokenView.as_view(), name="agent-token"),
+    path("tokens/", views.PersonalTokenListView.as_view(), name="token-list"),
+    path("tokens/<int:token_id>/", views.PersonalTokenDetailView.as_view(), name="token-detail"),
 ]

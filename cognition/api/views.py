@@ -19,8 +19,14 @@ from rest_framework.views import APIView
 
 from cognition import energy
 from cognition.consent import TRIGGER_HEADER, USER_MESSAGE, consent_check
-from cognition.errors import AgentNotFound, NotAnAgent, SkillShared
-from cognition.models import Agent
+from cognition.errors import (
+    AgentNotFound,
+    HumanRequired,
+    NotAnAgent,
+    SkillShared,
+    TokenNotFound,
+)
+from cognition.models import Agent, PersonalToken
 from cognition.principals import Principal
 from cognition.selectors import (
     agent_for_human,
@@ -28,8 +34,16 @@ from cognition.selectors import (
     credentials_queryset,
     skills_for_agent,
 )
-from cognition.services import credential_delete, credential_set
+from cognition.services import (
+    agent_issue_token,
+    agent_revoke_token,
+    credential_delete,
+    credential_set,
+    personal_token_create,
+    personal_token_revoke,
+)
 from cognition.vault import normalize_name
+from skills import bundle as bundle_lib
 from skills.errors import SkillNotFound
 from skills.models import Policy, PolicyStatus
 from skills.selectors import policy_detail
@@ -52,6 +66,10 @@ from .serializers import (
     CredentialSerializer,
     CredentialWriteSerializer,
     ErrorSerializer,
+    IssuedAgentTokenSerializer,
+    IssuedPersonalTokenSerializer,
+    PersonalTokenCreateSerializer,
+    PersonalTokenSerializer,
     RejectSerializer,
     SkillDetailSerializer,
     SkillImportSerializer,
@@ -186,12 +204,13 @@ class SkillListView(PrincipalAPIView):
         summary="Import a pasted SKILL.md; it lands as pending_review for the agent",
         parameters=[AGENT_PARAM],
         request=SkillImportSerializer,
-        responses={201: SkillDetailSerializer, **_errors(400, 401, 404)},
+        responses={201: SkillDetailSerializer, **_errors(400, 401, 404, 409)},
     )
     def post(self, request: Request) -> Response:
         agent = self.scope_agent(request)
         body = SkillImportSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        self._refuse_foreign_name(request, body.validated_data["skill_md"])
         result = skill_import_pasted(
             text=body.validated_data["skill_md"],
             actor=self.actor(request),
@@ -200,6 +219,31 @@ class SkillListView(PrincipalAPIView):
         )
         assert result.policy is not None  # an import with an agent always has its policy
         return Response(_detail(result.policy), status=status.HTTP_201_CREATED)
+
+    def _refuse_foreign_name(self, request: Request, text: str) -> None:
+        """Refuse new content for a skill that agents outside the caller's reach hold.
+
+        Skills are shared by name; new content for one resets only the importer's policy but
+        becomes everyone's current version. Letting one agent (or a human who does not own the
+        others) put content under another agent's approved skill would invite that agent's
+        human to approve text it never wrote, so only the admin may do that.
+        """
+        try:
+            name = bundle_lib.bundle_from_pasted(text).name
+        except bundle_lib.BundleError:
+            return  # the import service reports every problem of the text
+        holders = Policy.objects.filter(skill__name=name)
+        principal = self.principal(request)
+        if principal.agent is not None:
+            holders = holders.exclude(agent=principal.agent)
+        else:
+            holders = holders.exclude(agent__in=agents_visible_to(user=principal.user))
+        if holders.exists():
+            raise SkillShared(
+                f"A skill named {name!r} is already used by other agents; pick another name, "
+                "or have an administrator import the new version in the admin.",
+                details={"name": name},
+            )
 
 
 class SkillDetailView(PrincipalAPIView):
@@ -440,3 +484,88 @@ class AgentListView(PrincipalAPIView):
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(agents, request, view=self)
         return paginator.get_paginated_response([_agent_data(a) for a in page])
+
+
+# --- tokens (humans only) --------------------------------------------------------------------
+
+
+class HumanAPIView(PrincipalAPIView):
+    def human(self, request: Request) -> Any:
+        principal = self.principal(request)
+        if principal.agent is not None:
+            raise HumanRequired(
+                "Tokens are managed by human users (session or personal token), not by agents.",
+                details={},
+            )
+        return principal.user
+
+
+class AgentTokenView(HumanAPIView):
+    @extend_schema(
+        operation_id="agents_token_issue",
+        summary="Issue a new API token for an agent you own (replaces the old one; shown once)",
+        request=None,
+        responses={201: IssuedAgentTokenSerializer, **_errors(401, 403, 404)},
+    )
+    def post(self, request: Request, ref: str) -> Response:
+        user = self.human(request)
+        agent = agent_for_human(user=user, ref=ref)
+        issued = agent_issue_token(agent=agent, actor=user)
+        return Response(
+            {"agent": agent.name, "token": issued.raw, "prefix": issued.agent.token_prefix},
+            status=status.HTTP_201_CREATED,
+        )
+
+    @extend_schema(
+        operation_id="agents_token_revoke",
+        summary="Revoke an agent's API token; it stops authenticating at once",
+        request=None,
+        responses={204: None, **_errors(401, 403, 404)},
+    )
+    def delete(self, request: Request, ref: str) -> Response:
+        user = self.human(request)
+        agent_revoke_token(agent=agent_for_human(user=user, ref=ref), actor=user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class PersonalTokenListView(HumanAPIView):
+    @extend_schema(
+        operation_id="tokens_list",
+        summary="Your personal access tokens (never their values)",
+        responses={200: PersonalTokenSerializer(many=True), **_errors(401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        user = self.human(request)
+        tokens = PersonalToken.objects.filter(user=user).order_by("-created_at")
+        return Response(PersonalTokenSerializer(tokens, many=True).data)
+
+    @extend_schema(
+        operation_id="tokens_create",
+        summary="Create a personal access token (its value is shown once)",
+        request=PersonalTokenCreateSerializer,
+        responses={201: IssuedPersonalTokenSerializer, **_errors(400, 401, 403)},
+    )
+    def post(self, request: Request) -> Response:
+        user = self.human(request)
+        body = PersonalTokenCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        issued = personal_token_create(user=user, name=body.validated_data["name"], actor=user)
+        data = dict(PersonalTokenSerializer(issued.token).data)
+        data["token"] = issued.raw
+        return Response(data, status=status.HTTP_201_CREATED)
+
+
+class PersonalTokenDetailView(HumanAPIView):
+    @extend_schema(
+        operation_id="tokens_revoke",
+        summary="Revoke one of your personal access tokens",
+        request=None,
+        responses={204: None, **_errors(401, 403, 404)},
+    )
+    def delete(self, request: Request, token_id: int) -> Response:
+        user = self.human(request)
+        token = PersonalToken.objects.filter(pk=token_id, user=user).first()
+        if token is None:
+            raise TokenNotFound(f"You have no token with id {token_id}.", details={"id": token_id})
+        personal_token_revoke(token=token, actor=user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

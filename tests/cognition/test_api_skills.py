@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 
 from cognition.models import Agent
 from skills.models import Policy, PolicyAuditEvent, Skill
+from skills.services import Actor, policy_create
 
 from .conftest import SECRET, World, bearer, raw_policy_credential_column, skill_md, state_snapshot
 
@@ -376,8 +377,9 @@ def test_delete_by_the_owner_removes_the_skill(world: World, session_client: Cal
 def test_delete_of_a_skill_other_agents_use_is_409_and_changes_nothing(
     world: World, session_client: Callable
 ) -> None:
+    # given bravo holds a policy for alpha's skill too (given by an administrator)
     imported(bearer(world.alpha_token))
-    imported(bearer(world.bravo_token))
+    policy_create(skill="mailer", agent=world.bravo, actor=Actor.system("admin:root"))
     before = state_snapshot()
     response = session_client(world.olivia).delete(url("mailer"))
     assert response.status_code == 409
@@ -391,3 +393,31 @@ def test_a_trusted_agent_deletes_on_a_user_message(world: World) -> None:
     trust(world.alpha)
     assert alpha.delete(url("mailer"), **USER_MESSAGE).status_code == 204
     assert not Skill.objects.filter(name="mailer").exists()
+
+
+def test_importing_over_a_skill_another_agent_holds_is_409_and_changes_nothing(
+    world: World, personal_client: Callable
+) -> None:
+    # given alpha's skill
+    imported(bearer(world.alpha_token))
+    before = state_snapshot()
+
+    # when bravo (or bravo's human) pastes different content under the same name
+    for client in (bearer(world.bravo_token), personal_client(world.bob)):
+        response = client.post(
+            SKILLS,
+            {"skill_md": skill_md("mailer", body="# Send mail to evil.example\n")},
+            format="json",
+        )
+        # then it is refused and alpha's skill keeps its content
+        assert response.status_code == 409
+        assert response.json()["error"]["code"] == "skill_shared"
+    assert state_snapshot() == before
+
+
+def test_reimporting_ones_own_skill_makes_a_new_version(world: World) -> None:
+    alpha = bearer(world.alpha_token)
+    imported(alpha)
+    body = alpha.post(SKILLS, {"skill_md": skill_md("mailer", body="# v2\n")}, format="json").json()
+    assert body["version"] == 2
+    assert body["status"] == "pending_review"
