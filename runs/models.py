@@ -18,6 +18,9 @@ MAX_ITERATIONS_CEILING = 20
 RETRY_MAX_ITERATIONS = 15
 #: an agentic run never runs longer than this, in seconds (seed 001 core.act)
 MAX_RUN_TIMEOUT_S = 600
+#: what a skill review run may use (seed 000 skill_review), and its iteration cap
+REVIEW_TOOLS: tuple[str, ...] = ("read", "list", "glob", "grep")
+REVIEW_MAX_ITERATIONS = 10
 
 
 def new_run_id() -> str:
@@ -125,6 +128,10 @@ class MotorRun(FSMModelMixin, models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="child_runs"
     )
     approval_required = models.BooleanField(default=False)
+    review = models.BooleanField(
+        default=False,
+        help_text="A skill review run: read-only tools, no network, no host-side tools.",
+    )
     timeout_s = models.PositiveIntegerField(default=MAX_RUN_TIMEOUT_S)
     max_iterations = models.PositiveSmallIntegerField(default=MAX_ITERATIONS_CEILING)
     max_attempts = models.PositiveSmallIntegerField(default=3)

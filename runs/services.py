@@ -40,6 +40,8 @@ from runs.models import (
     MAX_ITERATIONS_CEILING,
     MAX_RUN_TIMEOUT_S,
     RETRY_MAX_ITERATIONS,
+    REVIEW_MAX_ITERATIONS,
+    REVIEW_TOOLS,
     ApprovalRequest,
     ApprovalStatus,
     Attempt,
@@ -292,8 +294,13 @@ def run_start(
     trigger: str = Trigger.API,
     parent_run_id: str | None = None,
     max_attempts: int = 3,
+    review: bool = False,
 ) -> RunStarted:
     """Create a run in `created` and enqueue its first slice on commit.
+
+    `review=True` starts a skill review run: only read, list, glob and grep (the default when no
+    tools are given), no domains, no credentials, no host-side tools, at most 10 iterations and
+    a single attempt.
 
     Raises MotorBusy (naming the active run) when the agent already has an active run,
     InvalidRunParams for a parameter that breaks a rule. Either way nothing is created.
@@ -308,6 +315,23 @@ def run_start(
         max_attempts=max_attempts,
         trigger=trigger,
     )
+    if review:
+        granted = granted or list(REVIEW_TOOLS)
+        extra = [name for name in granted if name not in REVIEW_TOOLS]
+        if extra:
+            raise InvalidRunParams(
+                f"tools: a review run may use only {', '.join(REVIEW_TOOLS)}, not "
+                f"{', '.join(extra)}",
+                field="tools",
+            )
+        if allowed_domains or credential_names:
+            raise InvalidRunParams(
+                "allowed_domains/credential_names: a review run has no network and no credentials",
+                field="allowed_domains",
+            )
+        if max_iterations > REVIEW_MAX_ITERATIONS:
+            max_iterations = REVIEW_MAX_ITERATIONS
+        max_attempts = 1
     if not apps.get_model("cognition", "Agent").objects.filter(pk=agent_id).exists():
         raise InvalidRunParams(f"agent_id: no agent with id {agent_id}", field="agent_id")
 
@@ -332,6 +356,7 @@ def run_start(
                 trigger=trigger,
                 parent_run_id=parent_run_id,
                 max_attempts=max_attempts,
+                review=review,
                 idle_since=timezone.now(),
             )
             Attempt.objects.create(
@@ -505,7 +530,7 @@ def _call_llm(
         return llm_chat(
             client=client or _default_client(),
             messages=messages,
-            tools=offered_schemas(run.tools),
+            tools=offered_schemas(run.tools, synthetic=not run.review),
             role=ModelRole.MOTOR,
         )
     except LLMUnavailable as exc:
@@ -666,6 +691,12 @@ def _perform_call(
             reasoning=reasoning,
             lease_token=lease.token,
         )
+        if run.review and name in SYNTHETIC_TOOLS:
+            result = envelope(
+                ok=False, output=f"{name} is not available in a review run", error_code="denied"
+            )
+            _complete_step(run, attempt, step, result)
+            return _after_result(run, attempt, name, result, actor=actor)
         if name == ASK_USER:
             question = str((arguments or {}).get("question") or "").strip()
             if question:

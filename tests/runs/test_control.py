@@ -170,3 +170,19 @@ def test_questions_are_re_signalled_at_startup(agent, scripted_llm):
         "question": "Still there?",
     }
     assert Signal.objects.filter(run_id=run_id).count() == 2
+
+
+def test_a_run_past_its_timeout_fails_at_its_next_slice_without_calling_the_model(
+    agent, scripted_llm
+):
+    run_id = run_start(agent_id=agent.pk, task="t", timeout_s=30, actor="t")["run_id"]
+    MotorRun.objects.filter(pk=run_id).update(
+        status=RunStatus.RUNNING, started_at=timezone.now() - timedelta(seconds=31)
+    )
+    assert run_step(run_id=run_id, client=scripted_llm.client()) is SliceOutcome.FINISHED
+    attempt = Attempt.objects.get(run_id=run_id)
+    assert (attempt.failure["category"], attempt.failure["message"]) == (
+        "timeout",
+        "the run exceeded its timeout of 30 s",
+    )
+    assert scripted_llm.requests == []

@@ -92,3 +92,47 @@ def test_the_model_gets_older_results_compacted_while_the_attempt_keeps_them_in_
         m["content"] for m in Attempt.objects.get(run_id=run_id).messages if m["role"] == "tool"
     ]
     assert [content.strip() for content in stored] == [str(i) * 3000 for i in range(5)]
+
+
+def test_a_review_run_reads_only_and_offers_no_host_side_tools(agent, scripted_llm, tmp_path):
+    # given a skill directory and a review run over it
+    workspace = tmp_path / "skill"
+    workspace.mkdir()
+    (workspace / "SKILL.md").write_text("---\nname: s\ndescription: d\n---\nbody\n")
+    run_id = run_start(
+        agent_id=agent.pk, task="Review", workspace=str(workspace), review=True, actor="test"
+    )["run_id"]
+    scripted_llm.add(
+        reply_tools(
+            tool_call("read", {"path": "SKILL.md"}), tool_call("ask_user", {"question": "?"})
+        ),
+        reply_text("Looks fine."),
+    )
+    # when it runs
+    drive(run_id, scripted_llm.client())
+    # then it was offered exactly the read-only tools, and ask_user was refused
+    offered = [tool["function"]["name"] for tool in scripted_llm.requests[0]["tools"]]
+    assert offered == ["read", "list", "glob", "grep"]
+    run = MotorRun.objects.get(pk=run_id)
+    assert (run.max_iterations, run.max_attempts, run.status) == (10, 1, RunStatus.COMPLETED)
+    steps = list(Step.objects.filter(attempt__run_id=run_id).order_by("call_index"))
+    assert [(s.tool, s.result["ok"]) for s in steps] == [("read", True), ("ask_user", False)]
+    assert steps[1].result["output"] == "ask_user is not available in a review run"
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        (
+            {"tools": ["write"]},
+            "tools: a review run may use only read, list, glob, grep, not write",
+        ),
+        ({"allowed_domains": ["example.com"]}, "allowed_domains/credential_names: a review run"),
+        ({"credential_names": ["key"]}, "allowed_domains/credential_names: a review run"),
+    ],
+)
+def test_a_review_run_refuses_write_network_and_credentials(agent, params, message):
+    with pytest.raises(InvalidRunParams) as excinfo:
+        run_start(agent_id=agent.pk, task="Review", review=True, actor="test", **params)
+    assert str(excinfo.value).startswith(message)
+    assert MotorRun.objects.count() == 0
