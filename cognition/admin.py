@@ -11,18 +11,29 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from cognition import admin_vault  # noqa: F401 - registers the vault and token pages
+from cognition.energy import band_for, energy_level
 from cognition.models import Agent
-from cognition.services import agent_create
+from cognition.services import agent_create, agent_set_relayed_consent
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ("name", "owner", "energy", "trust_level", "token_state", "created_at")
+    list_display = (
+        "name",
+        "owner",
+        "energy",
+        "current_energy",
+        "trust_level",
+        "token_state",
+        "created_at",
+    )
     list_filter = ("trust_level",)
     search_fields = ("name", "owner__username")
     list_select_related = ("owner",)
     readonly_fields = (
         "energy",
+        "current_energy",
         "trust_level",
         "trusted_for_relayed_consent",
         "token_prefix",
@@ -39,6 +50,31 @@ class AgentAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Deleting an agent cascades to its skill policies and runs; not a console click.
         return False
+
+    actions = ["trust_relayed_consent", "withdraw_relayed_consent"]
+
+    def has_trust_permission(self, request: HttpRequest) -> bool:
+        # Relayed consent lets an agent approve skills for its human: a superuser decides.
+        return bool(request.user.is_superuser)
+
+    @admin.action(
+        description="Trust to relay its user's consent (user_message triggers)",
+        permissions=["trust"],
+    )
+    def trust_relayed_consent(self, request: HttpRequest, queryset: Any) -> None:
+        for agent in queryset:
+            agent_set_relayed_consent(agent=agent, trusted=True, actor=request.user)
+
+    @admin.action(description="Withdraw trust to relay consent", permissions=["trust"])
+    def withdraw_relayed_consent(self, request: HttpRequest, queryset: Any) -> None:
+        for agent in queryset:
+            agent_set_relayed_consent(agent=agent, trusted=False, actor=request.user)
+
+    @admin.display(description="Energy now")
+    def current_energy(self, obj: Agent) -> str:
+        # Regeneration is applied on read (cognition.energy); `energy` is the last stored level.
+        level = energy_level(agent=obj)
+        return f"{level:.2f} ({band_for(level).value})"
 
     @admin.display(description="API token")
     def token_state(self, obj: Agent) -> str:

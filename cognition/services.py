@@ -145,3 +145,21 @@ def personal_token_revoke(*, token: PersonalToken, actor: AbstractBaseUser | Non
             locked.revoked_at = timezone.now()
             locked.save(update_fields=["revoked_at"])
     return locked
+
+
+def agent_set_relayed_consent(
+    *, agent: Agent, trusted: bool, actor: AbstractBaseUser | None
+) -> Agent:
+    """Let (or stop letting) the agent's token pass the consent gate on user_message triggers."""
+    with transaction.atomic():
+        locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        if locked.trusted_for_relayed_consent != trusted:
+            locked.trusted_for_relayed_consent = trusted
+            locked.save(update_fields=["trusted_for_relayed_consent"])
+    logger.info(
+        "relayed consent %s: agent=%s actor=%s",
+        "granted" if trusted else "withdrawn",
+        locked.name,
+        _actor_label(actor),
+    )
+    return locked

@@ -1,0 +1,108 @@
+"""The vault and personal tokens in the admin console.
+
+Credential values are entered here (never through a chat transcript) and never shown: every page
+renders "[set]". Saving and deleting go through the vault services, so the value is encrypted
+before it reaches the database and logs carry the name only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from cognition.models import Credential, PersonalToken
+from cognition.services import credential_delete, credential_set
+from cognition.vault import REDACTED
+
+
+class CredentialForm(forms.ModelForm):
+    secret = forms.CharField(
+        label="Value",
+        widget=forms.PasswordInput(render_value=False),
+        required=False,
+        help_text="Stored encrypted and never shown again. Leave empty to keep the stored value.",
+    )
+
+    class Meta:
+        model = Credential
+        fields = ("agent", "name")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.instance.pk is None and not data.get("secret"):
+            self.add_error("secret", "A new credential needs a value.")
+        return data
+
+
+@admin.register(Credential)
+class CredentialAdmin(admin.ModelAdmin):
+    form = CredentialForm
+    list_display = ("name", "agent", "masked_value", "updated_at")
+    list_filter = ("agent",)
+    search_fields = ("name", "agent__name")
+    list_select_related = ("agent",)
+    readonly_fields = ("masked_value", "created_at", "updated_at")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Credential]:
+        # The ciphertext is never needed to render a page.
+        credentials = super().get_queryset(request).defer("value")
+        if request.user.is_superuser:
+            return credentials
+        return credentials.filter(agent__owner=request.user)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return ["agent", "name", "secret"]
+        return ["agent", "name", "masked_value", "secret", "created_at", "updated_at"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
+        if obj is None:
+            return ()
+        return ("agent", "name", *self.readonly_fields)
+
+    @admin.display(description="Value")
+    def masked_value(self, obj: Credential) -> str:
+        return REDACTED
+
+    def save_model(self, request: HttpRequest, obj: Credential, form: Any, change: bool) -> None:
+        secret = form.cleaned_data.get("secret")
+        if change and not secret:
+            return
+        saved = credential_set(agent=obj.agent, name=obj.name, value=secret, actor=request.user)
+        obj.pk = saved.pk
+        obj.name = saved.name
+
+    def delete_model(self, request: HttpRequest, obj: Credential) -> None:
+        credential_delete(agent=obj.agent, name=obj.name, actor=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Credential]) -> None:
+        for credential in queryset.select_related("agent"):
+            credential_delete(agent=credential.agent, name=credential.name, actor=request.user)
+
+
+@admin.register(PersonalToken)
+class PersonalTokenAdmin(admin.ModelAdmin):
+    """Read-only list; tokens are created through POST /api/v1/tokens/ (shown once there)."""
+
+    list_display = ("name", "user", "token_prefix", "created_at", "revoked_at")
+    list_filter = ("revoked_at",)
+    fields = ("name", "user", "token_prefix", "created_at", "revoked_at")
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[PersonalToken]) -> None:
+        from cognition.services import personal_token_revoke
+
+        for token in queryset:
+            personal_token_revoke(token=token, actor=request.user)
