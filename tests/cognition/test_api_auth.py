@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 from rest_framework.test import APIClient
 
+from cognition.models import Credential
 from cognition.services import agent_revoke_token, personal_token_create, personal_token_revoke
 
 from .conftest import World, bearer
@@ -94,3 +95,18 @@ def test_agents_me_is_for_agents_only(world: World, personal_client: Callable) -
 def test_an_agent_lists_only_itself(world: World) -> None:
     response = bearer(world.bravo_token).get(AGENTS)
     assert [a["name"] for a in response.json()["results"]] == ["bravo"]
+
+
+def test_a_session_post_without_the_csrf_token_is_refused(world: World) -> None:
+    # given a logged-in browser session that does not send the CSRF token
+    client = APIClient(enforce_csrf_checks=True)
+    client.force_login(world.olivia)
+
+    # when it writes a credential
+    response = client.put("/api/v1/credentials/TOKEN/", {"value": "x"}, format="json")
+
+    # then it is refused and nothing is stored
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "permission_denied"
+    assert "CSRF" in response.json()["error"]["message"]
+    assert Credential.objects.count() == 0
