@@ -201,9 +201,6 @@ MOTOR_ENERGY_REGEN_PER_HOUR = env.float("MOTOR_ENERGY_REGEN_PER_HOUR", default=0
 if MOTOR_ENERGY_REGEN_PER_HOUR < 0:
     raise ImproperlyConfigured("MOTOR_ENERGY_REGEN_PER_HOUR must be 0 or more (energy per hour).")
 
-# The runtime asks this callable for a run's credential values at tool-call time (the vault).
-MOTOR_CREDENTIAL_RESOLVER = "cognition.selectors.credentials_for_run"
-
 # --- logging -------------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
 LOGGING = {

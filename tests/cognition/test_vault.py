@@ -140,3 +140,12 @@ def test_logs_name_the_credential_but_never_the_value(
         credential_set(agent=world.alpha, name="TOKEN", value=SECRET, actor=world.olivia)
     assert "name=TOKEN value=[set]" in caplog.text
     assert SECRET not in caplog.text
+
+
+def test_the_runtime_resolver_reads_the_agents_vault_by_id(world: World) -> None:
+    from cognition.selectors import credentials_for_run
+
+    credential_set(agent=world.alpha, name="TOKEN", value=SECRET, actor=None)
+    assert credentials_for_run(agent_id=world.alpha.pk, names=["TOKEN"]) == {"TOKEN": SECRET}
+    with pytest.raises(CredentialsMissing):
+        credentials_for_run(agent_id=world.bravo.pk, names=["TOKEN"])
