@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from cognition.models import Credential, PersonalToken
-from cognition.services import credential_delete, credential_set
+from cognition.services import credential_delete, credential_set, personal_token_revoke
 from cognition.vault import REDACTED
 
 
@@ -102,7 +102,5 @@ class PersonalTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[PersonalToken]) -> None:
-        from cognition.services import personal_token_revoke
-
         for token in queryset:
             personal_token_revoke(token=token, actor=request.user)

@@ -7,7 +7,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import QuerySet
+from django.db.models import F, FilteredRelation, Q, QuerySet
+
+from skills.models import Skill
+from skills.selectors import policy_credential_values
 
 from . import vault
 from .errors import AgentNotFound, AgentRequired, CredentialsMissing
@@ -106,8 +109,6 @@ def credentials_resolve(
             wanted.append(plain)
     resolved: dict[str, str] = {}
     if policy is not None and wanted:
-        from skills.selectors import policy_credential_values
-
         from_policy = policy_credential_values(policy=policy)
         resolved.update({n: from_policy[n] for n in wanted if n in from_policy})
     rest = [n for n in wanted if n not in resolved]
@@ -131,10 +132,6 @@ def skills_for_agent(
     An agent sees only skills it holds a policy for; other agents' skills do not exist for it.
     `name` filters by case-insensitive substring, `status` by the agent's policy status.
     """
-    from django.db.models import F, FilteredRelation, Q
-
-    from skills.models import Skill
-
     skills = (
         Skill.objects.annotate(own=FilteredRelation("policies", condition=Q(policies__agent=agent)))
         .filter(own__isnull=False)

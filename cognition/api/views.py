@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -188,8 +189,6 @@ class SkillListView(PrincipalAPIView):
         agent = self.scope_agent(request)
         status_filter = request.query_params.get("status") or None
         if status_filter and status_filter not in PolicyStatus.values:
-            from rest_framework.exceptions import ValidationError
-
             raise ValidationError({"status": [f"Must be one of {', '.join(PolicyStatus.values)}."]})
         skills: QuerySet[Any] = skills_for_agent(
             agent=agent, status=status_filter, name=request.query_params.get("name") or None
