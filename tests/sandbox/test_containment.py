@@ -7,12 +7,17 @@ failed connection — never by a refusal message.
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +30,7 @@ from sandbox.types import (
     ExecRequest,
     Limits,
     NetworkPolicy,
+    SandboxError,
     Session,
     SessionSpec,
 )
@@ -1103,3 +1109,123 @@ def test_paths_around_the_proxy_fail_even_with_network_granted(
     assert dev_tcp.exit_code == 1
     assert upstream.seen(canary) == 0
     assert net_sandbox.attempts(0) == []
+
+
+# -------------------------------------------------------------- daemons and the session's end
+
+# A call that leaves a setsid() double-forked daemon holding an exclusive lock on a workspace
+# file (the lock is released only when the daemon is dead), then keeps running itself.
+LOCKING_DAEMON = """
+import fcntl, os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        fd = os.open("/workspace/daemon.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        open("/workspace/daemon.ready", "w").close()
+        while True:
+            time.sleep(0.05)
+    os._exit(0)
+time.sleep(120)
+"""
+
+
+def lock_is_free(path: Path) -> bool:
+    """Whether no process holds a flock on `path` (tried without waiting)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_a_daemon_does_not_outlive_a_session_closed_mid_call(
+    open_sandbox: SandboxFactory, backend_name: str, tmp_path: Path
+) -> None:
+    # given a call that started a locking daemon and is still running
+    workspace = tmp_path / "daemon-ws"
+    workspace.mkdir()
+    session = open_sandbox(backend_name, workspace=workspace)
+    outcome: list[object] = []
+
+    def call() -> None:
+        try:
+            # (the docker session's close() waits for a running call to end, so the call's
+            # own timeout is kept short)
+            outcome.append(
+                session.exec(ExecRequest(argv=["python3", "-c", LOCKING_DAEMON], timeout_s=15))
+            )
+        except SandboxError as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert wait_for((workspace / "daemon.ready").exists, 30)
+    assert lock_is_free(workspace / "daemon.lock") is False
+    # when the session is closed while that call runs
+    session.close()
+    caller.join(30)
+    # then the running call ended, and by the time close() returned no process of the
+    # session held the lock any more: the daemon died with the session
+    assert not caller.is_alive()
+    assert lock_is_free(workspace / "daemon.lock") is True
+    assert len(outcome) == 1
+    with pytest.raises(SandboxError, match="closed"):
+        session.exec(ExecRequest(argv=["true"]))
+
+
+OWNER_SCRIPT = """
+import sys, threading, time
+from pathlib import Path
+from sandbox.backends import get_backend
+from sandbox.types import ExecRequest, SessionSpec
+session = get_backend(sys.argv[1]).open(SessionSpec(workspace=Path(sys.argv[2])))
+threading.Thread(
+    target=session.exec,
+    args=(ExecRequest(argv=["python3", "-c", sys.argv[3]], timeout_s=120),),
+    daemon=True,
+).start()
+while not (Path(sys.argv[2]) / "daemon.ready").exists():
+    time.sleep(0.05)
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_daemon_does_not_outlive_the_owning_process(backend_name: str, tmp_path: Path) -> None:
+    # given a worker process whose session is running a call that left a locking daemon
+    workspace = tmp_path / "owner-ws"
+    workspace.mkdir()
+    repo = Path(__file__).resolve().parents[2]
+    worker = subprocess.Popen(
+        [sys.executable, "-c", OWNER_SCRIPT, backend_name, str(workspace), LOCKING_DAEMON],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "ready"
+        assert lock_is_free(workspace / "daemon.lock") is False
+        # when the worker is killed outright (no close(), no atexit)
+        worker.kill()
+        worker.wait(10)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    # then the sandbox goes down with it: soon nothing holds the daemon's lock
+    assert worker.returncode == -signal.SIGKILL
+    assert wait_for(lambda: lock_is_free(workspace / "daemon.lock"), 60) is True
