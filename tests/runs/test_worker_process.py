@@ -162,3 +162,30 @@ def test_sigkill_of_the_worker_during_a_tool_call_never_runs_that_call_twice(
         "ERROR (interrupted): "
     )
     assert MotorRun.objects.get(pk=run_id).result["summary"] == "Counted."
+
+
+def test_sigkill_of_the_worker_during_the_llm_call_asks_again_and_runs_the_call_once(
+    agent, llm_stub_server, worker, tmp_path
+):
+    # given a run whose first LLM answer is held back until the worker is dead
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    program = "with open('count.txt', 'a') as f:\n    f.write('ran\\n')\n"
+    gate = llm_stub_server.add_gated(reply_tools(tool_call("code", {"code": program})))
+    llm_stub_server.add(
+        reply_tools(tool_call("code", {"code": program}), text="again"), reply_text("Counted.")
+    )
+    run_id = run_start(
+        agent_id=agent.pk, task="Count", tools=["code"], workspace=str(workspace), actor="t"
+    )["run_id"]
+    # when the worker process is killed while it waits for the model
+    _wait_for(lambda: len(llm_stub_server.requests) == 1, "the first LLM request")
+    owner = MotorRun.objects.filter(pk=run_id).values_list("lease_owner", flat=True).get()
+    os.kill(int(owner.split(":")[1]), signal.SIGKILL)
+    gate.set()
+    # then the redelivered slice asks the model again and the call runs exactly once
+    _wait_for(lambda: _status(run_id) == RunStatus.COMPLETED, "completion after the kill")
+    assert (workspace / "count.txt").read_text() == "ran\n"
+    assert len(llm_stub_server.requests) == 3
+    step = Step.objects.get(attempt__run_id=run_id)
+    assert (step.state, step.result["ok"], step.reasoning) == ("done", True, "again")
