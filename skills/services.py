@@ -351,6 +351,21 @@ def _policy_proposal(bundle: bundle_lib.Bundle) -> dict[str, Any]:
     return _validated_policy_fields(proposal, source="policy.json")
 
 
+def _require_storable(field_name: str, text: str) -> None:
+    """Refuse free text (notes, reasons) that a PostgreSQL text column cannot hold."""
+    if bundle_lib.unstorable_text(text) is not None:
+        raise PolicyValidationError(
+            f"{field_name} holds a NUL or an unpaired surrogate character.",
+            details={"field": field_name, "rule": "storable_text"},
+        )
+
+
+def _storable(label: str) -> str:
+    """`label` with NUL and lone surrogates (a non-UTF-8 file name, a hostile upload name)
+    escaped, so that it fits a PostgreSQL text or JSON value."""
+    return label.encode("utf-8", "backslashreplace").decode("utf-8").replace("\0", "\\x00")[:2000]
+
+
 def _bundle_provenance(bundle: bundle_lib.Bundle) -> dict[str, Any]:
     raw = bundle.declared_policy or {}
     prov = raw.get("provenance") if isinstance(raw, Mapping) else None
@@ -392,6 +407,13 @@ def _string_list(field_name: str, value: Any, *, source: str) -> list[str]:
         raise PolicyValidationError(
             f"{source}: {field_name} must be a list of strings.",
             details={"field": field_name, "rule": "list_of_strings"},
+        )
+    where = bundle_lib.unstorable_text(list(value))
+    if where is not None:
+        raise PolicyValidationError(
+            f"{source}: {field_name} {where.removeprefix('field ')} holds a NUL or an unpaired "
+            "surrogate character.",
+            details={"field": field_name, "rule": "storable_text"},
         )
     out: list[str] = []
     for item in value:
@@ -445,6 +467,12 @@ def _validated_policy_fields(fields: Mapping[str, Any], *, source: str) -> dict[
             raise PolicyValidationError(
                 f"{source}: inputs must be a JSON schema object ({{'type': 'object', ...}}).",
                 details={"field": "inputs", "rule": "json_schema_object"},
+            )
+        where = bundle_lib.unstorable_text(dict(inputs))
+        if where is not None:
+            raise PolicyValidationError(
+                f"{source}: inputs {where} holds a NUL or an unpaired surrogate character.",
+                details={"field": "inputs", "rule": "storable_text"},
             )
         out["inputs"] = dict(inputs)
     return out
@@ -686,7 +714,7 @@ def skill_import_pasted(
         bundle = bundle_lib.bundle_from_pasted(text, limits=_limits())
     except bundle_lib.BundleError as exc:
         raise _bundle_error(exc, "The pasted SKILL.md") from exc
-    provenance = {"source": source, "fetched_at": timezone.now().isoformat()}
+    provenance = {"source": _storable(source), "fetched_at": timezone.now().isoformat()}
     return _install_many([bundle], actor=actor, agent=agent, provenance=provenance)[0]
 
 
@@ -708,7 +736,10 @@ def skill_import_directory(
             # The directory is one skill: its problems are already relative to it.
             errors = [(".", exc) for _, exc in errors]
         raise _refuse_partial(f"Directory {path}", errors)
-    provenance = {"source": str(path.resolve()), "fetched_at": timezone.now().isoformat()}
+    provenance = {
+        "source": _storable(str(path.resolve())),
+        "fetched_at": timezone.now().isoformat(),
+    }
     return _install_many(bundles, actor=actor, agent=agent, provenance=provenance)
 
 
@@ -722,7 +753,7 @@ def skill_import_archive(
         raise _bundle_error(exc, f"Archive {filename}") from exc
     if errors:
         raise _refuse_partial(f"Archive {filename}", errors)
-    provenance = {"source": filename, "fetched_at": timezone.now().isoformat()}
+    provenance = {"source": _storable(filename), "fetched_at": timezone.now().isoformat()}
     return _install_many(bundles, actor=actor, agent=agent, provenance=provenance)
 
 
@@ -1097,6 +1128,7 @@ def policy_approve(*, policy: Policy | int, actor: Actor, note: str = "") -> Pol
     the current content (`StaleReview` otherwise). The stored bytes are re-hashed first.
     """
     _require_approver(actor, what="approve skill policies")
+    _require_storable("note", note)
     with transaction.atomic():
         skill, policy = _lock_skill_and_policy(policy)
         version = skill.current_version
@@ -1146,6 +1178,7 @@ def policy_reject(*, policy: Policy | int, note: str, actor: Actor) -> Policy:
             "A rejection needs a note saying what is wrong.",
             details={"field": "note", "rule": "required"},
         )
+    _require_storable("note", note)
     with transaction.atomic():
         skill, policy = _lock_skill_and_policy(policy)
         before, after = _apply(policy, "reject", policy.reject, note=note)
@@ -1292,6 +1325,7 @@ def policy_update(
         if v is not None
     }
     fields = _validated_policy_fields(given, source="policy update")
+    _require_storable("reason", reason)
     with transaction.atomic():
         skill, policy = _lock_skill_and_policy(policy)
         changes: dict[str, Any] = {}
@@ -1350,6 +1384,7 @@ def policy_update(
 
 def skill_delete(*, skill: Skill | str, actor: Actor, reason: str = "") -> None:
     """Delete a skill with its versions, files and policies; the audit trail stays."""
+    _require_storable("reason", reason)
     with transaction.atomic():
         locked = (
             _lock_skill(name=skill) if isinstance(skill, str) else _lock_skill(skill_id=skill.pk)

@@ -68,6 +68,7 @@ from .skillmd import (
     installation_problems,
     parse_skill_md,
     spec_findings,
+    unstorable_text,
 )
 from .types import (
     POLICY_FILE,
@@ -136,5 +137,6 @@ __all__ = [
     "scan_skill_dir",
     "sha256_hex",
     "spec_findings",
+    "unstorable_text",
     "write_baseline",
 ]

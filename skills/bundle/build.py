@@ -8,7 +8,7 @@ from typing import Any
 
 from .hashing import content_hash, sha256_hex
 from .paths import PathKind, check_path, classify, duplicate_problems, skipped_findings
-from .skillmd import installation_problems, parse_skill_md, spec_findings
+from .skillmd import installation_problems, parse_skill_md, spec_findings, unstorable_text
 from .types import (
     POLICY_FILE,
     SKILL_MD,
@@ -77,6 +77,17 @@ def read_declared_policy(
         return None, [
             notice,
             Finding(POLICY_FILE, "policy-invalid", "policy.json is not a JSON object", "warning"),
+        ]
+    where = unstorable_text(parsed)
+    if where is not None:
+        return None, [
+            notice,
+            Finding(
+                POLICY_FILE,
+                "policy-invalid",
+                f"policy.json {where} holds a NUL or an unpaired surrogate character",
+                "warning",
+            ),
         ]
     return parsed, [notice]
 

@@ -263,7 +263,42 @@ def parse_skill_md(data: bytes | str) -> ParsedSkillMd:
         frontmatter = _json_safe(loaded, [MAX_FRONTMATTER_NODES])
     except (_TooComplex, RecursionError):
         raise too_complex from None
+    where = unstorable_text(frontmatter)
+    if where is not None:
+        raise fail(
+            "frontmatter-invalid-char",
+            f"frontmatter {where} contains a NUL or an unpaired surrogate character "
+            "(YAML escapes such as \\0 or \\ud800), which text cannot hold",
+        )
     return ParsedSkillMd(frontmatter=frontmatter, body=body, findings=findings)
+
+
+def _bad_text(text: str) -> bool:
+    return "\0" in text or any(0xD800 <= ord(ch) <= 0xDFFF for ch in text)
+
+
+def unstorable_text(value: Any, where: str = "") -> str | None:
+    """Where a JSON-like value holds a string with NUL or a lone surrogate, else None.
+
+    YAML and JSON escapes can produce both; neither is valid in text columns or JSON documents
+    of PostgreSQL, and no legitimate skill needs them. The result reads like ``field 'a.b'``.
+    """
+    if isinstance(value, str):
+        return f"field {where!r}" if _bad_text(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = f"{where}.{key}" if where else str(key)
+            if _bad_text(str(key)):
+                return f"key {inner!r}"
+            found = unstorable_text(item, inner)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = unstorable_text(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+    return None
 
 
 def spec_findings(frontmatter: dict[str, Any], dir_name: str | None) -> list[Finding]:

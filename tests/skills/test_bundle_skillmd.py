@@ -320,3 +320,50 @@ def test_a_trailing_newline_in_the_name_is_refused_by_both_checks():
     assert rules(spec_findings({"name": "weather\n", "description": "d"}, None)) == [
         "spec-name-chars"
     ]
+
+
+@pytest.mark.parametrize(
+    ("frontmatter", "where"),
+    [
+        ('description: "a\\0b"', "field 'description'"),
+        ('description: ok\nmetadata: {k: "x\\0y"}', "field 'metadata.k'"),
+        ('description: ok\nmetadata: {list: [a, "\\ud800"]}', "field 'metadata.list[1]'"),
+        ('description: ok\n"k\\0": v', "key 'k\\x00'"),
+    ],
+    ids=["nul-value", "nested-nul", "lone-surrogate", "nul-key"],
+)
+def test_nul_and_lone_surrogates_from_yaml_escapes_are_refused(frontmatter, where):
+    # given frontmatter whose escapes produce characters no text column can hold
+    text = f"---\nname: weather\n{frontmatter}\n---\n"
+
+    # when / then
+    with pytest.raises(BundleError) as info:
+        bundle_from_pasted(text)
+    [problem] = info.value.problems
+    assert (problem.path, problem.rule) == ("SKILL.md", "frontmatter-invalid-char")
+    assert problem.message.startswith(f"frontmatter {where} contains a NUL or an unpaired")
+
+
+def test_policy_json_with_nul_escapes_is_left_out_with_a_warning():
+    # given a policy.json whose JSON escapes produce a NUL
+    files = {
+        "SKILL.md": b"---\nname: weather\ndescription: d\n---\n",
+        "policy.json": b'{"provenance": {"source": "x\\u0000y"}}',
+    }
+
+    # when
+    bundle = bundle_from_files(files, dir_name="weather")
+
+    # then it is not read as a proposal, and the reviewer is told why
+    assert bundle.declared_policy is None
+    assert [(f.rule, f.message) for f in bundle.findings if f.path == "policy.json"] == [
+        (
+            "policy-not-content",
+            "policy.json came with the files: shown for information, not part of the content "
+            "hash and never treated as an approval",
+        ),
+        (
+            "policy-invalid",
+            "policy.json field 'provenance.source' holds a NUL or an unpaired surrogate character",
+        ),
+    ]

@@ -113,12 +113,17 @@ def test_byte_order_mark_inside_a_file_name_is_refused(agent, system_actor, snap
 
 
 @pytest.mark.parametrize(
-    "frontmatter_name",
-    ["|\n  weather", '"weather\\n"', '"weather\\u0000"', '"we ather"'],
-    ids=["block-scalar-newline", "quoted-newline", "nul", "space"],
+    ("frontmatter_name", "rule"),
+    [
+        ("|\n  weather", "name-format"),
+        ('"weather\\n"', "name-format"),
+        ('"we ather"', "name-format"),
+        ('"weather\\u0000"', "frontmatter-invalid-char"),
+    ],
+    ids=["block-scalar-newline", "quoted-newline", "space", "nul"],
 )
 def test_name_with_hidden_trailing_characters_is_refused(
-    frontmatter_name, agent, system_actor, snapshot
+    frontmatter_name, rule, agent, system_actor, snapshot
 ):
     # given a name that a "$"-anchored pattern would let through with its trailing newline
     text = f"---\nname: {frontmatter_name}\ndescription: d\n---\nbody\n"
@@ -127,7 +132,7 @@ def test_name_with_hidden_trailing_characters_is_refused(
     # when / then a clear refusal, not a database constraint error
     with pytest.raises(SkillValidationError) as caught:
         skill_import_pasted(text=text, actor=system_actor, agent=agent)
-    assert _rules(caught.value) == {("SKILL.md", "name-format")}
+    assert _rules(caught.value) == {("SKILL.md", rule)}
     assert snapshot() == before
 
 
@@ -307,3 +312,54 @@ def test_bad_policy_json_proposal_refuses_the_import(tmp_path: Path, agent, syst
     assert caught.value.details == {"field": "tools", "rule": "known_tool", "value": "sudo"}
     assert "policy.json" in caught.value.message
     assert snapshot() == before
+
+
+@pytest.mark.parametrize(
+    "frontmatter",
+    [
+        'description: "a\\0b"',
+        'description: ok\nmetadata: {k: "x\\0y"}',
+        'description: ok\n"k\\0": v',
+        'description: ok\nmetadata: {k: "\\ud800"}',
+    ],
+    ids=["nul-description", "nul-metadata", "nul-key", "lone-surrogate"],
+)
+def test_frontmatter_escapes_the_database_cannot_store_are_refused(
+    frontmatter, agent, system_actor, snapshot
+):
+    # given frontmatter that PostgreSQL text/jsonb would reject with a DataError
+    text = f"---\nname: weather\n{frontmatter}\n---\nbody\n"
+    before = snapshot()
+
+    # when / then a refusal naming the file and rule, not a database error
+    with pytest.raises(SkillValidationError) as caught:
+        skill_import_pasted(text=text, actor=system_actor, agent=agent)
+    assert _rules(caught.value) == {("SKILL.md", "frontmatter-invalid-char")}
+    assert snapshot() == before
+
+
+def test_non_utf8_directory_name_is_stored_escaped_in_the_provenance(
+    tmp_path: Path, agent, system_actor
+):
+    # given a tree whose own directory name is not UTF-8 (Python sees a lone surrogate)
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/skills-\xff"))
+    write_skill(root, "weather")
+
+    # when
+    [result] = skill_import_directory(path=root, actor=system_actor, agent=agent)
+
+    # then the import works and the provenance shows the byte escaped
+    assert result.version.provenance["source"] == str(tmp_path) + "/skills-\\udcff"
+
+
+def test_archive_file_name_with_a_nul_is_stored_escaped(agent, system_actor):
+    # when
+    [result] = skill_import_archive(
+        data=_zip([("SKILL.md", skill_md("weather").encode())]),
+        filename="w\x00.zip",
+        actor=system_actor,
+        agent=agent,
+    )
+
+    # then
+    assert result.version.provenance["source"] == "w\\x00.zip"

@@ -246,14 +246,18 @@ def test_reject_is_refused_for_approved(installed, approver_actor, agent):
     assert _audit_count() == events
 
 
-def test_reject_needs_a_note(installed, approver_actor):
+@pytest.mark.parametrize(
+    ("note", "rule"), [("   ", "required"), ("bad\x00note", "storable_text")], ids=["blank", "nul"]
+)
+def test_reject_needs_a_storable_note(note, rule, installed, approver_actor):
     # given
     events = _audit_count()
 
     # when / then
     with pytest.raises(PolicyValidationError) as caught:
-        policy_reject(policy=installed.policy, note="   ", actor=approver_actor)
-    assert caught.value.details == {"field": "note", "rule": "required"}
+        policy_reject(policy=installed.policy, note=note, actor=approver_actor)
+    assert caught.value.details == {"field": "note", "rule": rule}
+    assert _policy(installed).status == PolicyStatus.PENDING_REVIEW
     assert _policy(installed).rejection_note == ""
     assert _audit_count() == events
 

@@ -299,6 +299,14 @@ def test_clearing_a_credential_removes_its_value(approved, approver_actor):
             "credential_values",
             "in_required_credentials",
         ),
+        ({"dependencies": ["requests\x00"]}, "dependencies", "storable_text"),
+        ({"dependencies": ["requests\ud800"]}, "dependencies", "storable_text"),
+        (
+            {"inputs": {"type": "object", "properties": {"a\x00": {}}}},
+            "inputs",
+            "storable_text",
+        ),
+        ({"dependencies": ["requests"], "reason": "why\x00"}, "reason", "storable_text"),
     ],
 )
 def test_policy_update_refuses_bad_values_and_changes_nothing(
