@@ -131,3 +131,33 @@ def test_two_workers_racing_on_one_run_leave_exactly_one_writer(agent, scripted_
     run = MotorRun.objects.get(pk=run_id)
     assert (run.status, run.result["summary"]) == (RunStatus.COMPLETED, "B finished")
     assert RunEvent.objects.filter(run_id=run_id, to_status="completed").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_while_running_fences_the_slice_in_progress(agent, test_redis):
+    # given a slice inside its LLM call
+    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    slow = _GatedLLM(chat_completion_body(tool_calls=[tool_call("nope")], model="m"))
+    outcome: list[SliceOutcome] = []
+
+    def worker() -> None:
+        try:
+            outcome.append(run_step(run_id=run_id, owner="worker-A", client=slow.client()))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    assert slow.entered.wait(timeout=60)
+    # when the run is cancelled meanwhile
+    from runs.services import run_cancel
+
+    assert run_cancel(run_id=run_id, actor="agent:1")["new_status"] == "cancelled"
+    after_cancel = snapshot(run_id)
+    slow.gate.set()
+    thread.join(timeout=60)
+    # then the slice's write is refused: nothing recorded after the cancel, and the agent is free
+    assert outcome == [SliceOutcome.LEASE_LOST]
+    assert snapshot(run_id) == after_cancel
+    assert Step.objects.filter(attempt__run_id=run_id).count() == 0
+    assert test_redis.get(f"motor:mutex:agent:{agent.pk}") is None
