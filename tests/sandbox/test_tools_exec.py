@@ -3,6 +3,7 @@ commands the validator lets through, the reduced PATH behind it, and credential 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,6 +264,69 @@ def test_path_inside_is_only_the_allowlisted_binaries(session: Session) -> None:
         "/bin/bash: line 1: ./py: No such file or directory\n"
         "/bin/bash: line 1: sh: command not found\n"
     )
+
+
+# What an interpreter that got past the allowlist tries once it runs: read the host's shadow file
+# and the sandbox init's environment, write outside the workspace, and see who it is.
+ESCAPE_PROGRAM = (
+    "import hashlib, json, os\n"
+    "out = {}\n"
+    "for key, path in (('shadow', '/etc/shadow'), ('environ', '/proc/1/environ')):\n"
+    "    try:\n"
+    "        out[key] = hashlib.sha256(open(path, 'rb').read()).hexdigest()\n"
+    "    except OSError as exc:\n"
+    "        out[key] = type(exc).__name__\n"
+    "for key, path in (('etc', '/etc/motor-escaped'), ('usr', '/usr/motor-escaped')):\n"
+    "    try:\n"
+    "        open(path, 'w').write('x')\n"
+    "        out[key] = 'written'\n"
+    "    except OSError as exc:\n"
+    "        out[key] = type(exc).__name__\n"
+    "out['uid'] = os.getuid()\n"
+    "out['capeff'] = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0]\n"
+    "print(json.dumps(out))\n"
+)
+
+
+@pytest.mark.parametrize(
+    "launch",
+    [
+        '/proc/self/root/usr/bin/python3 -I -c "$PROGRAM"',
+        '/lib64/ld-linux-x86-64.so.2 /usr/bin/python3 -I -c "$PROGRAM"',
+        'cat /usr/bin/python3 > py && /lib64/ld-linux-x86-64.so.2 ./py -I -c "$PROGRAM"',
+        '/usr/bin/python3 -I -c "$PROGRAM"',
+    ],
+    ids=["proc-self-root", "loader", "copied-binary-via-loader", "interpreter-by-path"],
+)
+def test_an_interpreter_past_the_allowlist_is_still_contained(
+    session: Session, ws: Path, launch: str
+) -> None:
+    # given the allowlist refuses every one of these launches
+    refused = run(session, "bash", command=launch)
+    assert (refused.ok, refused.error_code) == (False, ErrorCode.DENIED)
+    # when the in-sandbox runner is driven directly, as if the validator had been fooled
+    request = {"command": launch, "allowlist": ["cat"]}
+    result = session.exec(
+        ExecRequest(
+            argv=["/usr/bin/python3", "-I", "-B", "/opt/motor-cortex/tools.py", "bash"],
+            stdin=json.dumps(request).encode(),
+            env={"PROGRAM": ESCAPE_PROGRAM},
+        )
+    )
+    # then the interpreter does run, but as an unprivileged user with no capabilities, it can
+    # read neither the host's shadow file nor the init's environment, and nothing it tried to
+    # write outside the workspace exists on the host
+    assert result.exit_code == 0, result.stderr
+    seen = json.loads(result.stdout)
+    host_shadow = hashlib.sha256(Path("/etc/shadow").read_bytes()).hexdigest()
+    assert seen["shadow"] in ("FileNotFoundError", "PermissionError")
+    assert seen["shadow"] != host_shadow
+    assert seen["environ"] in ("FileNotFoundError", "PermissionError")
+    assert (seen["etc"], seen["usr"]) == ("OSError", "OSError")
+    assert seen["uid"] != 0
+    assert seen["capeff"] == "0000000000000000"
+    assert not Path("/etc/motor-escaped").exists()
+    assert not Path("/usr/motor-escaped").exists()
 
 
 def test_bash_credentials_are_variables_and_redacted(session: Session) -> None:
