@@ -363,3 +363,19 @@ def test_archive_file_name_with_a_nul_is_stored_escaped(agent, system_actor):
 
     # then
     assert result.version.provenance["source"] == "w\\x00.zip"
+
+
+def test_tree_holding_one_skill_twice_imports_nothing(
+    tmp_path: Path, agent, system_actor, snapshot
+):
+    # given two directories "weather" at different places in one tree
+    write_skill(tmp_path / "team-a", "weather")
+    write_skill(tmp_path / "team-b", "weather", body="# other\n")
+    before = snapshot()
+
+    # when / then
+    with pytest.raises(SkillValidationError) as caught:
+        skill_import_directory(path=tmp_path, actor=system_actor, agent=agent)
+    assert caught.value.details == {"rule": "duplicate_skill", "names": ["weather"], "problems": []}
+    assert caught.value.message == "The import contains skill 'weather' more than once."
+    assert snapshot() == before
