@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -375,6 +377,56 @@ def test_a_closed_session_is_a_sandbox_error(ws: Path, backend: str) -> None:
         ErrorCode.SANDBOX_ERROR,
         True,
     )
+
+
+def kill_sandbox_from_the_host(session: Session, backend: str) -> None:
+    """Take the sandbox down under the session's feet: bwrap's process, or the container."""
+    if backend == "bwrap":
+        from sandbox.backends.bwrap import BwrapSession
+
+        assert isinstance(session, BwrapSession)
+        os.kill(session._proc.pid, signal.SIGKILL)
+        session._proc.wait(10)
+    else:
+        import docker
+
+        from sandbox.backends.docker import DockerSession
+
+        assert isinstance(session, DockerSession)
+        docker.from_env().containers.get(session.container_id).kill()
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("bash", {"command": "echo hi > after.txt"}),
+        ("code", {"code": "open('/workspace/after.txt', 'w').write('hi')"}),
+        ("write", {"path": "after.txt", "content": "hi"}),
+        ("read", {"path": "data.txt"}),
+    ],
+)
+def test_a_sandbox_that_died_fails_the_call_with_sandbox_error(
+    ws: Path, backend: str, tool: str, args: dict[str, object]
+) -> None:
+    # given a session whose sandbox was killed from the host after it started
+    opened = get_backend(backend).open(SessionSpec(workspace=ws))
+    try:
+        kill_sandbox_from_the_host(opened, backend)
+        # when a tool call is made, and another after it
+        first = execute_tool(opened, tool, args, network_enabled=False)
+        second = execute_tool(opened, tool, args, network_enabled=False)
+    finally:
+        opened.close()
+    # then both fail as retryable sandbox errors, nothing ran anywhere, and the session is done
+    for result in (first, second):
+        assert (result.ok, result.error_code, result.retryable) == (
+            False,
+            ErrorCode.SANDBOX_ERROR,
+            True,
+        )
+        assert result.output.startswith("the sandbox failed: ")
+    assert not (ws / "after.txt").exists()
+    assert opened.closed is True
 
 
 def _quota_session(path: Path, backend: str) -> Session:
