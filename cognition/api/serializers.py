@@ -174,3 +174,25 @@ class PersonalTokenCreateSerializer(serializers.Serializer):
 
 class IssuedPersonalTokenSerializer(PersonalTokenSerializer):
     token = serializers.CharField(help_text="Shown once; only its hash is stored.")
+
+
+# --- cursor-paginated lists (cognition.api.pagination.NameCursorPagination) -----------------
+
+
+def _page_of(item: type[serializers.Serializer], name: str) -> type[serializers.Serializer]:
+    return type(
+        name,
+        (serializers.Serializer,),
+        {
+            "next": serializers.URLField(allow_null=True, help_text="Link to the next page."),
+            "previous": serializers.URLField(
+                allow_null=True, help_text="Link to the previous page."
+            ),
+            "results": item(many=True),
+        },
+    )
+
+
+SkillPageSerializer = _page_of(SkillListItemSerializer, "SkillPageSerializer")
+CredentialPageSerializer = _page_of(CredentialSerializer, "CredentialPageSerializer")
+AgentPageSerializer = _page_of(AgentSerializer, "AgentPageSerializer")

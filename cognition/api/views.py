@@ -62,8 +62,10 @@ from .authentication import BearerAuthentication, PrincipalSessionAuthentication
 from .pagination import NameCursorPagination
 from .permissions import HasPrincipal
 from .serializers import (
+    AgentPageSerializer,
     AgentSerializer,
     ApproveSerializer,
+    CredentialPageSerializer,
     CredentialSerializer,
     CredentialWriteSerializer,
     ErrorSerializer,
@@ -75,6 +77,7 @@ from .serializers import (
     SkillDetailSerializer,
     SkillImportSerializer,
     SkillListItemSerializer,
+    SkillPageSerializer,
     SkillReviewSerializer,
     SkillUpdateSerializer,
 )
@@ -183,7 +186,7 @@ class SkillListView(PrincipalAPIView):
             OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
             OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
         ],
-        responses={200: SkillListItemSerializer(many=True), **_errors(400, 401, 404)},
+        responses={200: SkillPageSerializer, **_errors(400, 401, 404)},
     )
     def get(self, request: Request) -> Response:
         agent = self.scope_agent(request)
@@ -386,7 +389,7 @@ class CredentialListView(PrincipalAPIView):
             OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
             OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
         ],
-        responses={200: CredentialSerializer(many=True), **_errors(400, 401, 404)},
+        responses={200: CredentialPageSerializer, **_errors(400, 401, 404)},
     )
     def get(self, request: Request) -> Response:
         agent = self.scope_agent(request)
@@ -472,7 +475,7 @@ class AgentListView(PrincipalAPIView):
             OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
             OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
         ],
-        responses={200: AgentSerializer(many=True), **_errors(401)},
+        responses={200: AgentPageSerializer, **_errors(401)},
     )
     def get(self, request: Request) -> Response:
         principal = self.principal(request)
