@@ -149,3 +149,16 @@ def test_the_runtime_resolver_reads_the_agents_vault_by_id(world: World) -> None
     assert credentials_for_run(agent_id=world.alpha.pk, names=["TOKEN"]) == {"TOKEN": SECRET}
     with pytest.raises(CredentialsMissing):
         credentials_for_run(agent_id=world.bravo.pk, names=["TOKEN"])
+
+
+def test_the_database_refuses_a_bad_name_and_a_duplicate_even_without_the_service(
+    world: World,
+) -> None:
+    from django.db import IntegrityError, transaction
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Credential.objects.create(agent=world.alpha, name="1BAD", value="x")
+    Credential.objects.create(agent=world.alpha, name="OK", value="x")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Credential.objects.create(agent=world.alpha, name="OK", value="y")
+    assert list(Credential.objects.values_list("name", flat=True)) == ["OK"]
