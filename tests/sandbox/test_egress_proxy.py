@@ -24,6 +24,7 @@ import pytest
 from sandbox.egress import EgressProxy, PolicyError, Resolver
 from sandbox.types import ConnectionReport, NetworkPolicy
 from tests.fixtures.upstream import (
+    STALLED_PORT,
     FakeDNS,
     Upstream,
     https_through_tunnel,
@@ -645,6 +646,28 @@ def test_the_total_bytes_cap_cuts_the_tunnel(make_proxy: ProxyFactory, upstream:
     assert (report.verdict, report.reason) == ("allowed", "byte_limit")
     assert report.bytes_up + report.bytes_down <= cap
     assert harness.proxy.bytes_total <= cap
+
+
+def test_a_destination_that_never_answers_is_given_up_after_the_connect_timeout(
+    make_proxy: ProxyFactory, upstream: Upstream
+) -> None:
+    # given a policy with a 0.5 s connect timeout and an allowed port where SYNs are dropped
+    harness = make_proxy(connect_timeout_s=0.5, allowed_ports=(STALLED_PORT,))
+
+    # when a tunnel to it is requested
+    answer = send_connect(harness.path, f"api.allowed.test:{STALLED_PORT}")
+
+    # then the proxy gives up on the dial and says so; nothing was relayed
+    assert answer.status == 502
+    assert answer.headers["x-motor-egress"] == "error; reason=connect_failed"
+    assert b"(TimeoutError)" in answer.body
+    [report] = harness.wait_reports(1)
+    assert (report.verdict, report.reason, report.resolved_ip) == (
+        "denied",
+        "connect_failed",
+        upstream.ip,
+    )
+    assert (report.bytes_up, report.bytes_down) == (0, 0)
 
 
 def test_an_idle_tunnel_is_closed(make_proxy: ProxyFactory) -> None:
