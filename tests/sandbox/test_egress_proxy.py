@@ -648,6 +648,43 @@ def test_the_total_bytes_cap_cuts_the_tunnel(make_proxy: ProxyFactory, upstream:
     assert harness.proxy.bytes_total <= cap
 
 
+def test_the_session_is_the_socket_never_a_header_or_proxy_username(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    # given two sessions' proxies: run-2 may reach api.allowed.test, run-1 may not
+    reports: list[ConnectionReport] = []
+    proxies = [
+        EgressProxy(
+            session_id=session_id,
+            policy=NetworkPolicy(allowed_domains=allowed),
+            socket_path=tmp_path / f"{session_id}.sock",
+            resolver=upstream.resolver(),
+            on_connection=reports.append,
+        )
+        for session_id, allowed in (("run-1", ("www.allowed.test",)), ("run-2", ALLOWED))
+    ]
+    try:
+        # when a client on run-1's socket claims to be run-2 by proxy username and by header
+        answer = send_raw(
+            proxies[0].socket_path,
+            b"CONNECT api.allowed.test:443 HTTP/1.1\r\nHost: api.allowed.test:443\r\n"
+            b"Proxy-Authorization: Basic cnVuLTI6eA==\r\n"  # run-2:x
+            b"X-Motor-Session: run-2\r\n\r\n",
+        )
+        deadline = time.monotonic() + 10
+        while not reports and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        for proxy in proxies:
+            proxy.close()
+    # then run-1's policy decided, and the report names run-1
+    assert answer.status == 403
+    assert answer.headers["x-motor-egress"] == "denied; reason=not_allowlisted"
+    assert [(r.session_id, r.host, r.verdict) for r in reports] == [
+        ("run-1", "api.allowed.test", "denied")
+    ]
+
+
 def test_a_destination_that_never_answers_is_given_up_after_the_connect_timeout(
     make_proxy: ProxyFactory, upstream: Upstream
 ) -> None:
