@@ -128,6 +128,11 @@ CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 # One message at a time per process, so a killed process loses at most the message it holds.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False  # opted into per task, only where the task is idempotent
+# How a worker waits on the LLM: "prefork" blocks one process per slice; "threads" lets one
+# process keep many slices waiting on LLM replies at once (see bench/motor.py). Concurrency is the
+# number of child processes (prefork) or threads (threads); unset means one per CPU core.
+CELERY_WORKER_POOL = env.str("CELERY_WORKER_POOL", default="prefork")
+CELERY_WORKER_CONCURRENCY = int(env.str("CELERY_WORKER_CONCURRENCY", default="") or 0) or None
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # seconds before an unacknowledged message is redelivered; runs hold a DB lease instead
     "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
