@@ -12,8 +12,10 @@ import pytest
 from django.db import connection
 
 from skills.models import Policy, PolicyStatus, Skill, SkillVersion
+from skills.selectors import policy_credential_values
 from skills.services import (
     Actor,
+    policy_update,
     skill_install_bundle,
     skill_prepare_workspace,
     skills_extract_from_workspace,
@@ -25,7 +27,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 ROUNDS = 3  # more rounds, more chances for the two transactions to overlap
 
 
-def _extract_together(workspaces: list[Path], agent) -> list[dict]:
+def _extract_together(
+    workspaces: list[Path], agent, pending: list[dict[str, str]] | None = None
+) -> list[dict]:
     barrier = threading.Barrier(len(workspaces))
     results: list[dict | BaseException] = [None] * len(workspaces)  # type: ignore[list-item]
 
@@ -36,7 +40,7 @@ def _extract_together(workspaces: list[Path], agent) -> list[dict]:
                 workspace=workspaces[index],
                 run_id=f"run-{index}",
                 agent=agent,
-                pending_credentials={},
+                pending_credentials=pending[index] if pending else {},
             )
         except BaseException as exc:  # reported to the test thread below
             results[index] = exc
@@ -110,3 +114,25 @@ def test_two_runs_creating_the_same_new_skill(agent, tmp_path: Path):
     assert Skill.objects.filter(name="fresh").count() == 1
     assert SkillVersion.objects.filter(skill__name="fresh").count() == 2
     assert Policy.objects.filter(skill__name="fresh", agent=agent).count() == 1
+
+
+def test_two_runs_saving_different_credentials_for_one_skill_keep_both(agent, tmp_path: Path):
+    # given a skill whose policy needs two credentials, prepared into two workspaces
+    base = skill_install_bundle(bundle=make_bundle("mailer"), actor=Actor.system("t"), agent=agent)
+    policy_update(
+        policy=base.policy, actor=Actor.system("t"), required_credentials=["KEY_A", "KEY_B"]
+    )
+    workspaces = []
+    for side in ("a", "b"):
+        workspace = tmp_path / side
+        skill_prepare_workspace(version=base.version, workspace=workspace)
+        (workspace / "SKILL.md").write_text(skill_md("mailer", body=f"# from {side}\n"))
+        workspaces.append(workspace)
+
+    # when both extract at once, each with the credential its run saved
+    _extract_together(workspaces, agent, pending=[{"KEY_A": "value-a"}, {"KEY_B": "value-b"}])
+
+    # then both values are stored: neither transaction overwrote the other's
+    policy = Policy.objects.get(pk=base.policy.pk)
+    assert policy_credential_values(policy=policy) == {"KEY_A": "value-a", "KEY_B": "value-b"}
+    assert SkillVersion.objects.filter(skill__name="mailer").count() == 3
