@@ -345,3 +345,12 @@ def test_code_with_network_reaches_allowed_hosts_and_is_web_data(net: Net) -> No
         "not in this run's allowed domains; use ask_user to request it>\n"
     )
     assert net.verdicts(2) == [("api.allowed.test", "allowed"), ("evil.test", "denied")]
+
+
+def test_code_runs_longer_than_five_seconds_when_network_is_granted(net: Net) -> None:
+    # given a program that needs six seconds (past the 5 s limit of a run without network)
+    program = "import time\ntime.sleep(6)\nprint('finished')\n"
+    # when it runs in a session with network access
+    result = execute_tool(net.session, "code", {"code": program}, network_enabled=True)
+    # then it was allowed to finish (the limit is 30 s there)
+    assert (result.ok, result.timed_out, result.output) == (True, False, "finished\n")
