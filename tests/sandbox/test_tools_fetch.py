@@ -154,7 +154,7 @@ def test_a_redirect_to_a_forbidden_host_is_refused_at_that_hop(net: Net) -> None
 )
 def test_a_redirect_to_a_private_or_metadata_address_is_refused_at_that_hop(
     net: Net,
-    upstream: Upstream,
+    upstream: Upstream,  # noqa: F811
     target: str,
     host: str,
     reason: str,  # noqa: F811
