@@ -924,7 +924,17 @@ def skills_extract_from_workspace(
             result["updated"].append(bundle.name)
         else:
             result["unchanged"].append(bundle.name)
-    return result
+    # Directory names come from the run's workspace and may not be UTF-8; the result is stored
+    # as JSON by the caller, which cannot hold lone surrogates.
+    return {
+        "created": result["created"],
+        "updated": result["updated"],
+        "unchanged": [_storable(name) for name in result["unchanged"]],
+        "failed": [
+            {"name": _storable(f["name"]), "reason": _storable(f["reason"])}
+            for f in result["failed"]
+        ],
+    }
 
 
 def _merge_credentials_unchanged(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -311,4 +312,29 @@ def test_missing_workspace_is_a_clear_error(agent, tmp_path, snapshot):
             workspace=tmp_path / "gone", run_id=1, agent=agent, pending_credentials={}
         )
     assert caught.value.details["rule"] == "workspace"
+    assert snapshot() == before
+
+
+def test_a_non_utf8_directory_name_is_reported_escaped(agent, tmp_path, snapshot):
+    # given a skill directory whose name is not UTF-8 (Python sees a lone surrogate)
+    directory = Path(os.fsdecode(bytes(tmp_path) + b"/b\xff"))
+    directory.mkdir()
+    (directory / "SKILL.md").write_text(skill_md("weather"))
+    before = snapshot()
+
+    # when
+    result = skills_extract_from_workspace(
+        workspace=tmp_path, run_id=1, agent=agent, pending_credentials={}
+    )
+
+    # then it fails with a name and reason a JSON column can store, and nothing is installed
+    assert result["failed"] == [
+        {
+            "name": "b\\udcff",
+            "reason": "b\\udcff was refused: SKILL.md: 'name' 'weather' does not match its "
+            "directory name 'b\\udcff' [name-dir-mismatch]",
+        }
+    ]
+    assert (result["created"], result["updated"], result["unchanged"]) == ([], [], [])
+    json.dumps(result, ensure_ascii=False).encode("utf-8")  # no lone surrogate left
     assert snapshot() == before
