@@ -1,0 +1,911 @@
+"""Motor runtime costs, measured against baselines from the same run.
+
+Run by hand (root, on the machine with PostgreSQL, Redis and bwrap):
+
+    uv run python -m bench.motor                 # all four parts
+    uv run python -m bench.motor --parts 1,2     # only some parts
+    uv run python -m bench.motor --quick         # fewer repetitions, a smaller part 4
+
+The script creates its own PostgreSQL database (motor_bench_<pid>, dropped on exit), uses one
+Redis database (--redis-db, flushed before and after), serves the LLM from a local stub server
+in this process and starts its own Celery worker processes (`celery -A config worker`). A part
+that cannot run is reported as "n/a" with the reason; the others still run.
+
+Terms: an *iteration* is one LLM call of a run (what `max_iterations` counts). The scripted model
+asks for one `read` of a small workspace file per iteration and answers on the last one.
+Orchestration overhead of an iteration = the time between two consecutive LLM requests of a run,
+minus the stub's own time on the first of them and minus the tool time the runtime recorded on
+the Step (`duration_ms`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+PG = "postgres://postgres@127.0.0.1:5432"
+_TASK = re.compile(r"bench (?P<tag>\S+) reads=(?P<reads>\d+)")
+
+
+# ------------------------------------------------------------------------------ statistics
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def fmt(value: float | None, width: int = 9, digits: int = 2) -> str:
+    return f"{'n/a':>{width}}" if value is None else f"{value:{width}.{digits}f}"
+
+
+def reason_of(exc: BaseException) -> str:
+    if os.environ.get("BENCH_DEBUG"):
+        traceback.print_exc()
+    return f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:140]
+
+
+def say(message: str) -> None:
+    print(f"  {message}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------ the stub LLM
+
+
+@dataclass
+class Served:
+    tag: str
+    tools_seen: int  # tool results in the request = read calls already made by the run
+    received: float  # perf_counter() in this process
+    answered: float
+
+
+class StubLLM:
+    """A stateless OpenAI-compatible chat server: the task text says how many reads to ask for.
+
+    The task of a run reads ``bench <tag> reads=<k>``; while the conversation holds fewer than k
+    tool results the reply asks for `read notes.txt`, then it answers in text. Each request is
+    held for `delay_s` (the slow-LLM case). One thread per connection, a deep listen backlog and
+    HTTP/1.1 keep-alive, so a hundred workers can wait on it at once.
+    """
+
+    def __init__(self) -> None:
+        self.delay_s = 0.0
+        self.served: list[Served] = []
+        self._lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                received = time.perf_counter()
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                answer, tag, seen = stub.answer(body)
+                if stub.delay_s:
+                    time.sleep(stub.delay_s)
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                self.wfile.flush()
+                with stub._lock:
+                    stub.served.append(Served(tag, seen, received, time.perf_counter()))
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                return
+
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+            request_queue_size = 1024
+
+        self._server = Server(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def answer(self, body: dict[str, Any]) -> tuple[dict[str, Any], str, int]:
+        from runs.llm import chat_completion_body
+
+        messages = body.get("messages") or []
+        task = next((str(m.get("content")) for m in messages if m.get("role") == "user"), "")
+        match = _TASK.search(task)
+        tag, reads = (match["tag"], int(match["reads"])) if match else ("?", 0)
+        seen = sum(1 for m in messages if m.get("role") == "tool")
+        if seen < reads:
+            call = {
+                "id": f"call_{seen}",
+                "type": "function",
+                "function": {"name": "read", "arguments": json.dumps({"path": "notes.txt"})},
+            }
+            return chat_completion_body(tool_calls=[call], model="stub"), tag, seen
+        return chat_completion_body(content="done", model="stub"), tag, seen
+
+    def of(self, tag: str) -> list[Served]:
+        with self._lock:
+            return sorted((s for s in self.served if s.tag == tag), key=lambda s: s.tools_seen)
+
+    def first_request(self, tag: str) -> Served | None:
+        with self._lock:
+            return next((s for s in self.served if s.tag == tag), None)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+# ------------------------------------------------------------------------------ environment
+
+
+@dataclass
+class Env:
+    db_name: str
+    db_url: str
+    redis_url: str
+    data_dir: Path
+    stub: StubLLM
+    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: list[Path] = field(default_factory=list)
+    agents: Iterator[int] = iter(())
+
+    def child_env(self) -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if not k.startswith("CELERY_WORKER_")}
+
+
+def pg_admin(sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(sql)
+
+
+@contextmanager
+def environment(redis_db: int) -> Iterator[Env]:
+    """A fresh database and Redis db, the stub LLM, Django set up in this process; all undone."""
+    from cryptography.fernet import Fernet
+
+    name = f"motor_bench_{os.getpid()}"
+    data_dir = Path(tempfile.mkdtemp(prefix="motor-bench-"))
+    stub = StubLLM()
+    redis_url = f"redis://127.0.0.1:6379/{redis_db}"
+    pg_admin(f'CREATE DATABASE "{name}"')
+    env = Env(name, f"{PG}/{name}", redis_url, data_dir, stub)
+    try:
+        os.environ.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "config.settings",
+                "DATABASE_URL": env.db_url,
+                "REDIS_URL": redis_url,
+                "CELERY_BROKER_URL": redis_url,
+                "CELERY_RESULT_BACKEND": redis_url,
+                "SECRET_KEY": "bench-only-secret",
+                "DEBUG": "false",
+                "ALLOWED_HOSTS": "localhost,127.0.0.1",
+                "MOTOR_CREDENTIALS_KEY": Fernet.generate_key().decode(),
+                "MOTOR_DATA_DIR": str(data_dir),
+                "LLM_BASE_URL": stub.base_url,
+                "LLM_API_KEY": "stub",
+                "CELERY_TASK_ALWAYS_EAGER": "false",
+            }
+        )
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        say(f"migrating {name} ...")
+        call_command("migrate", verbosity=0)
+        redis_flush(redis_url)
+        env.agents = agent_ids()
+        yield env
+    finally:
+        stop_workers(env)
+        stub.stop()
+        try:
+            from django.db import connections
+
+            connections.close_all()
+        except Exception:  # noqa: BLE001 - cleanup goes on
+            pass
+        try:
+            redis_flush(redis_url)
+        except Exception as exc:  # noqa: BLE001
+            say(f"could not flush {redis_url}: {exc}")
+        try:
+            pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        except Exception as exc:  # noqa: BLE001
+            say(f"could not drop database {name}: {exc}")
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def redis_flush(url: str) -> None:
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
+
+
+def agent_ids() -> Iterator[int]:
+    """Fresh agents on demand (one active run per agent)."""
+    from django.contrib.auth import get_user_model
+
+    from cognition.models import Agent
+
+    owner = get_user_model().objects.create_user(username="bench-owner", password=None)
+    number = 0
+    while True:
+        batch = Agent.objects.bulk_create(
+            [Agent(name=f"bench-{number + i}", owner=owner) for i in range(50)]
+        )
+        number += 50
+        yield from (agent.pk for agent in batch)
+
+
+def workspace(env: Env) -> str:
+    path = Path(tempfile.mkdtemp(prefix="ws-", dir=env.data_dir))
+    (path / "notes.txt").write_text("benchmark notes\n" * 4)
+    return str(path)
+
+
+# ------------------------------------------------------------------------------ workers
+
+
+def start_workers(env: Env, *, pool: str, processes: int, concurrency: int) -> None:
+    """`processes` worker instances of `pool` with `concurrency` each; waits until all answer."""
+    stop_workers(env)
+    names = []
+    for index in range(processes):
+        name = f"bench{index}-{os.getpid()}@%h"
+        log = env.data_dir / f"worker-{pool}-{index}-{time.monotonic_ns()}.log"
+        env.logs.append(log)
+        handle = log.open("w")
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "-I",
+            "bench._motor_tasks",
+        ]
+        argv += [f"--pool={pool}", f"--concurrency={concurrency}", "--loglevel=WARNING"]
+        argv += ["--without-gossip", "--without-mingle", "--without-heartbeat", "-n", name]
+        env.workers.append(
+            subprocess.Popen(
+                argv,
+                cwd=REPO,
+                env=env.child_env(),
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        )
+        handle.close()
+        names.append(name.split("@")[0])
+    from config.celery import app
+
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        for process, log in zip(env.workers, env.logs[-processes:], strict=True):
+            if process.poll() is not None:
+                tail = log.read_text()[-600:]
+                raise RuntimeError(f"a worker exited with {process.returncode}: {tail}")
+        replies = app.control.ping(timeout=1.0) or []
+        answered = {next(iter(r)).split("@")[0] for r in replies}
+        if all(n in answered for n in names):
+            # warm each process (imports, first connections) before anything is timed
+            for _ in range(processes * max(2, min(concurrency, 8))):
+                app.send_task("bench.noop").get(timeout=30)
+            return
+    raise RuntimeError(f"workers {names} did not answer a ping within 90 s")
+
+
+def stop_workers(env: Env) -> None:
+    for process in env.workers:
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+    for process in env.workers:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    env.workers.clear()
+
+
+# ------------------------------------------------------------------------------ runs
+
+
+def start_run(env: Env, tag: str, *, reads: int, iterations: int) -> str:
+    from runs.services import run_start
+
+    return run_start(
+        agent_id=next(env.agents),
+        task=f"bench {tag} reads={reads}",
+        tools=["read"],
+        workspace=workspace(env),
+        max_iterations=iterations,
+        actor="bench",
+    )["run_id"]
+
+
+def wait_finished(run_ids: list[str], timeout_s: float) -> float:
+    """Blocks until every run is terminal; returns perf_counter() when that was seen."""
+    from runs.models import TERMINAL_STATUSES, MotorRun
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done = MotorRun.objects.filter(pk__in=run_ids, status__in=TERMINAL_STATUSES).count()
+        if done == len(run_ids):
+            return time.perf_counter()
+        time.sleep(0.02)
+    raise RuntimeError(
+        f"{len(run_ids) - done} of {len(run_ids)} runs unfinished after {timeout_s}s"
+    )
+
+
+def check_runs(run_ids: list[str]) -> tuple[int, int, str]:
+    """(LLM iterations, failed tool calls, status summary) of finished runs."""
+    from django.db.models import Sum
+
+    from runs.models import Attempt, MotorRun, Step
+
+    iterations = Attempt.objects.filter(run_id__in=run_ids).aggregate(n=Sum("iteration"))["n"]
+    failed = sum(
+        1
+        for result in Step.objects.filter(attempt__run_id__in=run_ids).values_list(
+            "result", flat=True
+        )
+        if not (result or {}).get("ok")
+    )
+    statuses: dict[str, int] = {}
+    for status in MotorRun.objects.filter(pk__in=run_ids).values_list("status", flat=True):
+        statuses[status] = statuses.get(status, 0) + 1
+    return int(iterations or 0), failed, ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
+
+
+def require_completed(run_ids: list[str]) -> tuple[int, int, str]:
+    iterations, failed, summary = check_runs(run_ids)
+    if not summary.startswith("completed") or "," in summary:
+        raise RuntimeError(f"runs did not all complete: {summary}")
+    return iterations, failed, summary
+
+
+# ------------------------------------------------------------------------------ part 1
+
+
+def overhead_samples(env: Env, n: int, repeats: int) -> tuple[list[float], list[float], str]:
+    """(overhead ms per iteration, tool ms per iteration, note) over `repeats` runs of n reads."""
+    from runs.models import Step
+
+    overhead: list[float] = []
+    tools: list[float] = []
+    failed_total = 0
+    for rep in range(repeats + 1):  # the first run warms the worker and is not counted
+        tag = f"p1-{rep}"
+        run_id = start_run(env, tag, reads=n, iterations=n + 1)
+        wait_finished([run_id], 120)
+        _, failed, _ = require_completed([run_id])
+        if rep == 0:
+            continue
+        failed_total += failed
+        served = env.stub.of(tag)
+        steps = list(
+            Step.objects.filter(attempt__run_id=run_id)
+            .order_by("iteration")
+            .values_list("duration_ms", flat=True)
+        )
+        if len(served) != n + 1 or len(steps) != n:
+            raise RuntimeError(f"expected {n + 1} LLM requests / {n} steps, saw {len(served)}")
+        for i in range(n):
+            interval = (served[i + 1].received - served[i].received) * 1000
+            llm = (served[i].answered - served[i].received) * 1000
+            tool = float(steps[i] or 0)
+            tools.append(tool)
+            overhead.append(interval - llm - tool)
+    note = f"{failed_total} failed tool calls" if failed_total else ""
+    return overhead, tools, note
+
+
+def lock_orm_transaction(run_id: str, samples: int) -> list[float]:
+    """select_for_update of a run row + an update + an insert, in one transaction."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from runs.models import MotorRun, RunEvent
+
+    def once() -> None:
+        with transaction.atomic():
+            run = MotorRun.objects.select_for_update().get(pk=run_id)
+            MotorRun.objects.filter(pk=run.pk).update(updated_at=timezone.now())
+            RunEvent.objects.create(
+                run=run, from_status=run.status, to_status=run.status, actor="bench", detail={}
+            )
+
+    for _ in range(10):
+        once()
+    out = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        once()
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def langgraph_steps(db_url: str, n: int, repeats: int) -> list[float]:
+    """Per-step wall time of a one-node graph looping n times, PostgresSaver, durability sync."""
+    from typing import TypedDict
+
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict):
+        count: int
+
+    def step(state: State) -> dict[str, int]:
+        return {"count": state["count"] + 1}
+
+    builder = StateGraph(State)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_conditional_edges("step", lambda s: "step" if s["count"] < n else END)
+    out: list[float] = []
+    url = db_url.replace("postgres://", "postgresql://", 1)
+    with PostgresSaver.from_conn_string(url) as saver:
+        saver.setup()
+        graph = builder.compile(checkpointer=saver)
+        for rep in range(repeats + 1):
+            config = {"configurable": {"thread_id": f"bench-{rep}"}, "recursion_limit": n + 10}
+            samples = []
+            last = time.perf_counter()
+            for _ in graph.stream({"count": 0}, config, durability="sync", stream_mode="updates"):
+                now = time.perf_counter()
+                samples.append((now - last) * 1000)
+                last = now
+            if len(samples) != n:
+                raise RuntimeError(f"the graph ran {len(samples)} steps, not {n}")
+            if rep:
+                out.extend(samples)
+    return out
+
+
+def session_open_close(samples: int) -> list[float]:
+    """A cold bwrap session opened (egress off) and closed, as each slice does for its tools."""
+    from sandbox.backends import get_backend
+    from sandbox.types import ExecRequest, SessionSpec
+
+    backend = get_backend("bwrap")
+    out = []
+    with tempfile.TemporaryDirectory(prefix="bench-ws-") as ws:
+        for i in range(samples + 2):
+            start = time.perf_counter()
+            session = backend.open(SessionSpec(workspace=Path(ws)))
+            try:
+                session.exec(ExecRequest(argv=["true"], timeout_s=10))
+            finally:
+                session.close()
+            if i >= 2:
+                out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def part1(env: Env, n: int, repeats: int) -> list[str]:
+    lines: list[str] = []
+    rows: dict[str, tuple[list[float], str]] = {}
+
+    def measure(key: str, body: Callable[[], list[float]], label: str) -> None:
+        say(f"measuring: {label} ...")
+        try:
+            rows[key] = (body(), label)
+        except Exception as exc:  # noqa: BLE001 - a missing part is reported, not fatal
+            rows[key] = ([], f"{label}: n/a ({reason_of(exc)})")
+
+    note = ""
+    try:
+        start_workers(env, pool="prefork", processes=1, concurrency=1)
+        say(f"measuring: {repeats} runs of {n} iterations ...")
+        overhead, tools, note = overhead_samples(env, n, repeats)
+        rows["overhead"] = (overhead, f"orchestration overhead per iteration ({repeats}x{n})")
+        rows["tool"] = (tools, "read tool time per iteration (Step.duration_ms)")
+    except Exception as exc:  # noqa: BLE001
+        rows["overhead"] = ([], f"orchestration overhead: n/a ({reason_of(exc)})")
+    from runs.models import MotorRun
+
+    some_run = MotorRun.objects.values_list("pk", flat=True).first()
+    measure(
+        "txn",
+        lambda: (
+            lock_orm_transaction(str(some_run), 200)
+            if some_run
+            else (_ for _ in ()).throw(RuntimeError("no run row to lock"))
+        ),
+        "bare lock + ORM checkpoint transaction",
+    )
+    measure(
+        "lg", lambda: langgraph_steps(env.db_url, n, repeats), "LangGraph PostgresSaver step (sync)"
+    )
+    measure("bwrap", lambda: session_open_close(20), "bwrap session open + call + close")
+
+    lines += table(
+        "Part 1 - per-iteration cost, one worker process (prefork, concurrency 1)",
+        rows,
+    )
+    if note:
+        lines.append(f"  note: {note}")
+    ov = median(rows["overhead"][0])
+    ratios = [
+        ("overhead / lock+ORM transaction", ov, median(rows["txn"][0]), "<=", 2.5),
+        ("overhead / LangGraph PostgresSaver step", ov, median(rows["lg"][0]), "<=", 3.0),
+    ]
+    lines += ratio_table(ratios)
+    bw = median(rows["bwrap"][0])
+    if ov is not None and bw is not None:
+        lines.append(
+            f"  (of the overhead, about {bw:.1f} ms is the bwrap session each slice opens and "
+            f"closes for its tool call; without it: {ov - bw:.1f} ms)"
+        )
+    return lines
+
+
+# ------------------------------------------------------------------------------ part 2
+
+
+def part2(env: Env, samples: int) -> list[str]:
+    from config.celery import app
+
+    rows: dict[str, tuple[list[float], str]] = {}
+    try:
+        if not env.workers:
+            start_workers(env, pool="prefork", processes=1, concurrency=1)
+        say("measuring: start -> first LLM request ...")
+        first: list[float] = []
+        for i in range(samples + 2):
+            tag = f"p2-{i}"
+            started = time.perf_counter()
+            run_id = start_run(env, tag, reads=0, iterations=1)
+            deadline = time.monotonic() + 30
+            while (hit := env.stub.first_request(tag)) is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("no LLM request within 30 s of run_start")
+                time.sleep(0.0005)
+            wait_finished([run_id], 30)
+            if i >= 2:
+                first.append((hit.received - started) * 1000)
+        rows["first"] = (first, "run_start -> first LLM request")
+    except Exception as exc:  # noqa: BLE001
+        rows["first"] = ([], f"run_start -> first LLM request: n/a ({reason_of(exc)})")
+    try:
+        say("measuring: Celery apply_async + get of a no-op ...")
+        trip: list[float] = []
+        for i in range(samples * 3 + 5):
+            started = time.perf_counter()
+            app.send_task("bench.noop").get(timeout=30)
+            if i >= 5:
+                trip.append((time.perf_counter() - started) * 1000)
+        rows["noop"] = (trip, "Celery apply_async + get, no-op task")
+    except Exception as exc:  # noqa: BLE001
+        rows["noop"] = ([], f"Celery no-op round trip: n/a ({reason_of(exc)})")
+    lines = table("Part 2 - start latency, same worker (prefork, concurrency 1)", rows)
+    lines += ratio_table(
+        [
+            (
+                "start -> first LLM request / Celery round trip",
+                median(rows["first"][0]),
+                median(rows["noop"][0]),
+                "<=",
+                2.0,
+            )
+        ]
+    )
+    return lines
+
+
+# ------------------------------------------------------------------------------ part 3
+
+
+def noop_throughput(count: int) -> float:
+    from config.celery import app
+
+    started = time.perf_counter()
+    results = [app.send_task("bench.noop") for _ in range(count)]
+    for result in results:
+        result.get(timeout=120)
+    return count / (time.perf_counter() - started)
+
+
+def part3(env: Env, agents: int, iterations: int) -> list[str]:
+    lines = [f"Part 3 - throughput, {agents} agents x {iterations} iterations, 2 prefork processes"]
+    motor = celery = None
+    detail = ""
+    try:
+        start_workers(env, pool="prefork", processes=1, concurrency=2)
+        say(f"measuring: {agents} x {iterations} iterations ...")
+        started = time.perf_counter()
+        ids = [
+            start_run(env, f"p3-{i}", reads=iterations - 1, iterations=iterations)
+            for i in range(agents)
+        ]
+        finished = wait_finished(ids, 600)
+        done, failed, summary = require_completed(ids)
+        motor = done / (finished - started)
+        detail = f"{done} iterations, {summary}" + (
+            f", {failed} failed tool calls" if failed else ""
+        )
+    except Exception as exc:  # noqa: BLE001
+        detail = f"n/a ({reason_of(exc)})"
+    try:
+        say("measuring: Celery no-op throughput ...")
+        noop_throughput(100)
+        celery = noop_throughput(1000)
+    except Exception as exc:  # noqa: BLE001
+        detail += f"; no-op: n/a ({reason_of(exc)})"
+    lines.append(f"  motor iterations per second        {fmt(motor)}   ({detail})")
+    lines.append(f"  Celery no-op tasks per second      {fmt(celery)}")
+    lines += ratio_table([("motor iterations/s / Celery no-op tasks/s", motor, celery, ">=", 0.3)])
+    return lines
+
+
+# ------------------------------------------------------------------------------ part 4
+
+
+@dataclass
+class Sampler:
+    """Peak RSS of the worker processes and of their sandbox descendants, read from /proc."""
+
+    roots: list[int]
+    db_name: str
+    peak_worker_kb: int = 0
+    peak_sandbox_kb: int = 0
+    peak_sandbox_procs: int = 0
+    peak_db_connections: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        import psycopg
+
+        page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
+        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+            while not self._stop.is_set():
+                parents: dict[int, int] = {}
+                info: dict[int, tuple[str, int]] = {}
+                for entry in os.scandir("/proc"):
+                    if not entry.name.isdigit():
+                        continue
+                    try:
+                        stat = Path(f"/proc/{entry.name}/stat").read_text()
+                        statm = Path(f"/proc/{entry.name}/statm").read_text().split()
+                    except OSError:
+                        continue
+                    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+                    ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+                    parents[int(entry.name)] = ppid
+                    info[int(entry.name)] = (comm, int(statm[1]) * page_kb)
+                members = set(self.roots)
+                changed = True
+                while changed:
+                    changed = False
+                    for pid, ppid in parents.items():
+                        if ppid in members and pid not in members:
+                            members.add(pid)
+                            changed = True
+                worker_kb = sandbox_kb = procs = 0
+                for pid in members:
+                    if pid not in info:
+                        continue
+                    comm, kb = info[pid]
+                    if comm.startswith(("python", "celery")):
+                        worker_kb += kb
+                    else:
+                        sandbox_kb += kb
+                        procs += 1
+                self.peak_worker_kb = max(self.peak_worker_kb, worker_kb)
+                self.peak_sandbox_kb = max(self.peak_sandbox_kb, sandbox_kb)
+                self.peak_sandbox_procs = max(self.peak_sandbox_procs, procs)
+                row = conn.execute(
+                    "select count(*) from pg_stat_activity where datname = %s", (self.db_name,)
+                ).fetchone()
+                self.peak_db_connections = max(self.peak_db_connections, int(row[0]) if row else 0)
+                self._stop.wait(0.25)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@dataclass
+class Outcome:
+    config: str
+    rate: float | None = None
+    detail: str = ""
+    worker_mb: float | None = None
+    sandbox_mb: float | None = None
+    sandbox_procs: int = 0
+    db_connections: int = 0
+
+
+def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: float) -> Outcome:
+    pool, shape = config.split(":")
+    processes, concurrency = (int(x) for x in shape.split("x"))
+    outcome = Outcome(config)
+    sampler: Sampler | None = None
+    try:
+        env.stub.delay_s = 0.0
+        start_workers(env, pool=pool, processes=processes, concurrency=concurrency)
+        env.stub.delay_s = delay_s
+        sampler = Sampler([w.pid for w in env.workers], env.db_name)
+        say(f"measuring: {config}, {agents} agents x {iterations} iterations, LLM {delay_s} s ...")
+        ids: list[str] = []
+        started = time.perf_counter()
+        for i in range(agents):
+            ids.append(
+                start_run(env, f"p4-{config}-{i}", reads=iterations - 1, iterations=iterations)
+            )
+        finished = wait_finished(ids, 60 + agents * iterations * delay_s)
+        done, failed, summary = check_runs(ids)
+        outcome.rate = done / (finished - started)
+        outcome.detail = f"{done} iterations in {finished - started:.1f} s; runs: {summary}"
+        if failed:
+            outcome.detail += f"; {failed} failed tool calls"
+    except Exception as exc:  # noqa: BLE001
+        outcome.detail = f"n/a ({reason_of(exc)})"
+    finally:
+        env.stub.delay_s = 0.0
+        if sampler is not None:
+            sampler.stop()
+            outcome.worker_mb = sampler.peak_worker_kb / 1024
+            outcome.sandbox_mb = sampler.peak_sandbox_kb / 1024
+            outcome.sandbox_procs = sampler.peak_sandbox_procs
+            outcome.db_connections = sampler.peak_db_connections
+        stop_workers(env)
+    return outcome
+
+
+def part4(env: Env, configs: list[str], agents: int, iterations: int, delay_s: float) -> list[str]:
+    ideal = agents / delay_s
+    lines = [
+        f"Part 4 - slow LLM ({delay_s:g} s per reply), {agents} agents x {iterations} iterations "
+        f"at once, one host; ideal {ideal:.0f} iterations/s"
+    ]
+    outcomes = [slow_llm_case(env, c, agents, iterations, delay_s) for c in configs]
+    width = max(len(o.config) for o in outcomes)
+    lines.append(
+        f"  {'pool:processes x concurrency':<{max(width, 28)}}  {'iter/s':>7}  {'of ideal':>8}  "
+        f"{'target':>6}  {'verdict':<7}  {'worker RSS MB':>13}  {'sandbox RSS MB':>14}  "
+        f"{'sandbox procs':>13}  {'DB conns':>8}"
+    )
+    for o in outcomes:
+        share = o.rate / ideal if o.rate is not None else None
+        verdict = "n/a" if share is None else ("met" if share >= 0.7 else "NOT met")
+        lines.append(
+            f"  {o.config:<{max(width, 28)}}  {fmt(o.rate, 7, 1)}  {fmt(share, 8)}  {'>=0.7':>6}  "
+            f"{verdict:<7}  {fmt(o.worker_mb, 13, 0)}  {fmt(o.sandbox_mb, 14, 0)}  "
+            f"{o.sandbox_procs:>13}  {o.db_connections:>8}"
+        )
+        lines.append(f"    ({o.detail})")
+    return lines
+
+
+# ------------------------------------------------------------------------------ report
+
+
+def table(title: str, rows: dict[str, tuple[list[float], str]]) -> list[str]:
+    width = max(len(label) for _, label in rows.values() if not label.endswith(")") or True)
+    width = min(width, 60)
+    lines = [title, f"  {'measurement':<{width}}  {'n':>4}  {'median ms':>9}  {'p95 ms':>9}"]
+    lines.append(f"  {'-' * width}  {'-' * 4}  {'-' * 9}  {'-' * 9}")
+    for samples, label in rows.values():
+        if not samples:
+            lines.append(f"  {label}")
+        else:
+            lines.append(
+                f"  {label:<{width}}  {len(samples):>4}  {fmt(median(samples))}  "
+                f"{fmt(p95(samples))}"
+            )
+    return lines
+
+
+def ratio_table(ratios: list[tuple[str, float | None, float | None, str, float]]) -> list[str]:
+    width = max(len(r[0]) for r in ratios)
+    lines = [f"  {'ratio (medians)':<{width}}  {'value':>7}  {'target':>7}  verdict"]
+    lines.append(f"  {'-' * width}  {'-' * 7}  {'-' * 7}  {'-' * 7}")
+    for label, a, b, op, target in ratios:
+        if a is None or b is None or b == 0:
+            lines.append(
+                f"  {label:<{width}}  {'n/a':>7}  {op}{target:<5}  n/a (a part is missing)"
+            )
+            continue
+        value = a / b
+        met = value <= target if op == "<=" else value >= target
+        lines.append(
+            f"  {label:<{width}}  {value:7.2f}  {op}{target:<5}  {'met' if met else 'NOT met'}"
+        )
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--parts", default="1,2,3,4", help="comma-separated parts to run")
+    parser.add_argument("--iterations", type=int, default=20, help="N of part 1 (default 20)")
+    parser.add_argument("--repeats", type=int, default=3, help="part 1 runs of N (default 3)")
+    parser.add_argument("--agents", type=int, default=100, help="agents of part 4 (default 100)")
+    parser.add_argument(
+        "--pools",
+        default="threads:2x45,threads:1x90",
+        help="part 4 worker shapes, pool:processes x concurrency (default threads:2x45,"
+        "threads:1x90); mind PostgreSQL max_connections (one per busy thread)",
+    )
+    parser.add_argument("--delay", type=float, default=1.0, help="part 4 LLM delay (s)")
+    parser.add_argument("--redis-db", type=int, default=13, help="Redis database (flushed)")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions, 30 agents")
+    args = parser.parse_args()
+    parts = {p.strip() for p in args.parts.split(",")}
+    repeats = 1 if args.quick else args.repeats
+    agents = 30 if args.quick else args.agents
+    print("bench/motor.py: measuring (several minutes)", file=sys.stderr)
+
+    out: list[str] = []
+    try:
+        with environment(args.redis_db) as env:
+            if "1" in parts:
+                out += part1(env, args.iterations, repeats) + [""]
+            if "2" in parts:
+                out += part2(env, 10 if args.quick else 30) + [""]
+            if "3" in parts:
+                out += part3(env, 8, 20) + [""]
+            if "4" in parts:
+                configs = [c.strip() for c in args.pools.split(",") if c.strip()]
+                out += part4(env, configs, agents, 10, args.delay) + [""]
+    except KeyboardInterrupt:
+        print("interrupted; cleaned up", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the environment itself could not be set up
+        print(f"bench/motor.py cannot run here: {reason_of(exc)}", file=sys.stderr)
+        return 1
+    print()
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
