@@ -296,6 +296,45 @@ def test_host_processes_are_invisible(sandbox: Session) -> None:
     assert not any("pytest" in (cmd or "") for cmd in procs.values())
 
 
+def test_host_processes_cannot_be_signalled_or_inspected_by_pid(sandbox: Session) -> None:
+    # given a host process that must outlive the attempt: a sleeper started by this test
+    victim = subprocess.Popen(["sleep", "300"])
+    try:
+        # when the sandbox signals it by its host pid and reads its /proc entries
+        outcome = py_json(
+            sandbox,
+            f"""
+            import json, os, signal
+            out = {{}}
+            for name, sig in (("kill", signal.SIGKILL), ("probe", 0)):
+                try:
+                    os.kill({victim.pid}, sig)
+                    out[name] = "sent"
+                except OSError as exc:
+                    out[name] = exc.errno
+            for name in ("cmdline", "environ", "root"):
+                try:
+                    os.stat("/proc/{victim.pid}/" + name)
+                    out[name] = "visible"
+                except OSError as exc:
+                    out[name] = exc.errno
+            print(json.dumps(out))
+            """,
+        )
+        # then no such process exists for the sandbox, and the host process is still running
+        assert outcome == {
+            "kill": errno.ESRCH,
+            "probe": errno.ESRCH,
+            "cmdline": errno.ENOENT,
+            "environ": errno.ENOENT,
+            "root": errno.ENOENT,
+        }
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
 def test_no_capabilities_no_new_privs_seccomp_and_unprivileged_uid(sandbox: Session) -> None:
     # when the sandboxed command reads its own status
     status = sandbox.exec(ExecRequest(argv=["cat", "/proc/self/status"])).stdout.decode()
