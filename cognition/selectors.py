@@ -70,8 +70,12 @@ def agent_for_human(*, user: AbstractBaseUser, ref: str | None) -> Agent:
             f"{'no' if not only else 'several'} agents).",
             details={"parameter": "agent", "rule": "required"},
         )
-    agent = visible.filter(pk=int(ref)).first() if ref.isdigit() else None
-    if agent is None:
+    agent = None
+    # ASCII digits that fit a bigint are an id; anything else is looked up as a name (names are
+    # at most 100 characters and PostgreSQL text cannot hold NUL, so others cannot match).
+    if ref.isascii() and ref.isdigit() and len(ref) <= 18:
+        agent = visible.filter(pk=int(ref)).first()
+    if agent is None and len(ref) <= 100 and "\x00" not in ref:
         agent = visible.filter(name=ref).first()
     if agent is None:
         raise AgentNotFound(f"No agent {ref!r} that you may act for.", details={"agent": ref})

@@ -7,6 +7,7 @@ to another agent is reported as not found (404), never as forbidden.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.db.models import QuerySet
@@ -103,6 +104,11 @@ TRIGGER_PARAM = OpenApiParameter(
 )
 
 
+# The install rule of skill names (skills.models.Skill's constraint), max 64 characters.
+SKILL_NAME_RE = re.compile(r"^[a-z](?:[a-z0-9-]{0,62}[a-z0-9])?$")
+MAX_BIGINT = 2**63 - 1
+
+
 def _errors(*codes: int) -> dict[int, OpenApiResponse]:
     return {c: OpenApiResponse(ErrorSerializer, description="Error body") for c in codes}
 
@@ -149,6 +155,12 @@ class PrincipalAPIView(APIView):
     def policy(self, request: Request, name: str) -> Policy:
         """The scope agent's policy for skill `name`; 404 whether the skill or policy is absent."""
         agent = self.scope_agent(request)
+        if not SKILL_NAME_RE.fullmatch(name):
+            # Not a name any skill can have (and, with NUL, not one PostgreSQL can compare).
+            raise SkillNotFound(
+                f"No skill named {name[:80]!r} for agent {agent.name!r}.",
+                details={"name": name[:80]},
+            )
         policy = (
             Policy.objects.select_related("skill", "skill__current_version", "agent", "approved_by")
             .filter(skill__name=name, agent=agent)
@@ -193,8 +205,11 @@ class SkillListView(PrincipalAPIView):
         status_filter = request.query_params.get("status") or None
         if status_filter and status_filter not in PolicyStatus.values:
             raise ValidationError({"status": [f"Must be one of {', '.join(PolicyStatus.values)}."]})
+        name_filter = request.query_params.get("name") or None
+        if name_filter is not None and ("\x00" in name_filter or len(name_filter) > 64):
+            raise ValidationError({"name": ["At most 64 characters, no NUL."]})
         skills: QuerySet[Any] = skills_for_agent(
-            agent=agent, status=status_filter, name=request.query_params.get("name") or None
+            agent=agent, status=status_filter, name=name_filter
         )
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(skills, request, view=self)
@@ -566,7 +581,11 @@ class PersonalTokenDetailView(HumanAPIView):
     )
     def delete(self, request: Request, token_id: int) -> Response:
         user = self.human(request)
-        token = PersonalToken.objects.filter(pk=token_id, user=user).first()
+        token = (
+            PersonalToken.objects.filter(pk=token_id, user=user).first()
+            if token_id <= MAX_BIGINT
+            else None
+        )
         if token is None:
             raise TokenNotFound(f"You have no token with id {token_id}.", details={"id": token_id})
         personal_token_revoke(token=token, actor=user)

@@ -421,3 +421,24 @@ def test_reimporting_ones_own_skill_makes_a_new_version(world: World) -> None:
     body = alpha.post(SKILLS, {"skill_md": skill_md("mailer", body="# v2\n")}, format="json").json()
     assert body["version"] == 2
     assert body["status"] == "pending_review"
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "code"),
+    [
+        (SKILLS, {"agent": "al\x00pha"}, "agent_not_found"),
+        (SKILLS, {"agent": "²"}, "agent_not_found"),
+        (SKILLS, {"agent": "9" * 30}, "agent_not_found"),
+        (SKILLS + "mail%00er/", {}, "skill_not_found"),
+        (SKILLS + "Mailer/", {}, "skill_not_found"),
+        (SKILLS, {"name": "ma\x00il"}, "invalid"),
+        ("/api/v1/tokens/99999999999999999999999/", {}, "token_not_found"),
+    ],
+)
+def test_odd_identifiers_are_clean_4xx_not_server_errors(
+    world: World, personal_client: Callable, path: str, params: dict, code: str
+) -> None:
+    client = personal_client(world.olivia)
+    response = client.delete(path) if "tokens" in path else client.get(path, params)
+    assert 400 <= response.status_code < 500
+    assert response.json()["error"]["code"] == code
