@@ -14,6 +14,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TypedDict
 
 import openai
@@ -460,6 +461,9 @@ def run_step(
         # Model and reasoning are known for calls requested in this slice; calls resumed from
         # an earlier slice keep what their intent row already says.
         model, reasoning = "", ""
+        if _final_reply(attempt) is not None:
+            # The model already answered; a crash hit the finishing steps. Finish again.
+            return _finish_completed(lease, actor=actor)
         if not pending:
             if attempt.iteration >= attempt.max_iterations:
                 return _fail_budget(lease, actor=actor)
@@ -589,19 +593,59 @@ def _fail_locked(
 
 
 def _record_reply(lease: Lease, reply: LLMReply, *, actor: str) -> SliceOutcome | None:
-    """Store the assistant message; complete the run when it asked for no tool call."""
+    """Store the assistant message; finish the run when it asked for no tool call."""
     with transaction.atomic():
         run = lease_lock(lease)
         attempt = _current_attempt(run)
         attempt.iteration += 1
         attempt.messages = [*attempt.messages, reply.as_message()]
+        attempt.save(update_fields=["iteration", "messages"])
         if reply.tool_calls:
-            attempt.save(update_fields=["iteration", "messages"])
             return None
+    return _finish_completed(lease, actor=actor)
+
+
+def _final_reply(attempt: Attempt) -> str | None:
+    """The closing text when the attempt's last message is an answer without tool calls."""
+    if attempt.status != AttemptStatus.RUNNING or len(attempt.messages) < 2:
+        return None
+    last = attempt.messages[-1]
+    if last.get("role") != "assistant" or last.get("tool_calls"):
+        return None
+    return str(last.get("content") or "")
+
+
+def _finish_completed(lease: Lease, *, actor: str) -> SliceOutcome:
+    """After the final answer: extract skills, list artifacts, then complete and signal.
+
+    Each stage is recorded before the next starts, so a crash between any two of them resumes
+    at the first unfinished one: the extraction result is stored on the run (still running)
+    before completion; completion, the signal and the Redis release (on commit) come last, and
+    a lost release is repaired by the next start (the key names a finished run).
+    """
+    with transaction.atomic():
+        run = lease_lock(lease)
+        stored = (run.result or {}).get("skills")
+    if stored is None:
+        skills = _extract_skills(run)
+        with transaction.atomic():
+            run = lease_lock(lease)
+            MotorRun.objects.filter(pk=run.pk).update(result={"skills": skills})
+    else:
+        skills = stored
+    with transaction.atomic():
+        run = lease_lock(lease)
+        attempt = _current_attempt(run)
         now = timezone.now()
         attempt.complete(at=now)
-        attempt.save(update_fields=["iteration", "messages", "status", "completed_at"])
-        result = {"ok": True, "summary": reply.content, "stats": _stats(run, attempt)}
+        attempt.save(update_fields=["status", "completed_at"])
+        result = {
+            "ok": True,
+            "summary": _final_reply_text(attempt),
+            "stats": _stats(run, attempt),
+            "skills": skills,
+            "artifacts": _artifacts(run),
+        }
         previous = run.status
         run.complete(result=result, at=now)
         run.save(
@@ -613,6 +657,51 @@ def _record_reply(lease: Lease, reply: LLMReply, *, actor: str) -> SliceOutcome 
         agent_id, run_id = run.agent_id, run.id
         transaction.on_commit(lambda: mutex_release(agent_id=agent_id, run_id=run_id))
     return SliceOutcome.FINISHED
+
+
+def _final_reply_text(attempt: Attempt) -> str:
+    last = attempt.messages[-1] if attempt.messages else {}
+    return str(last.get("content") or "") if last.get("role") == "assistant" else ""
+
+
+#: at most this many artifact paths are listed in a run result
+MAX_LISTED_ARTIFACTS = 200
+
+
+def _artifacts(run: MotorRun) -> list[str]:
+    """Files the run left under <workspace>/artifacts (kept with the workspace), relative."""
+    if not run.workspace:
+        return []
+    root = Path(run.workspace) / "artifacts"
+    if root.is_symlink() or not root.is_dir():
+        return []
+    found: list[str] = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            found.append(path.relative_to(Path(run.workspace)).as_posix())
+            if len(found) >= MAX_LISTED_ARTIFACTS:
+                break
+    return found
+
+
+def _extract_skills(run: MotorRun) -> dict[str, Any]:
+    """Post-run extraction of created or changed skills in the workspace into the skill store."""
+    empty: dict[str, Any] = {"created": [], "updated": [], "unchanged": [], "failed": []}
+    if not run.workspace or run.review or not Path(run.workspace).is_dir():
+        return empty
+    if not getattr(settings, "MOTOR_EXTRACT_SKILLS", True):
+        return empty
+    from skills.errors import SkillError
+    from skills.services import skills_extract_from_workspace
+
+    try:
+        return dict(
+            skills_extract_from_workspace(
+                workspace=Path(run.workspace), run_id=run.id, agent=run.agent
+            )
+        )
+    except SkillError as exc:
+        return {**empty, "failed": [{"name": ".", "reason": exc.message}]}
 
 
 def _perform_call(

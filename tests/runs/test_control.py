@@ -186,3 +186,56 @@ def test_a_run_past_its_timeout_fails_at_its_next_slice_without_calling_the_mode
         "the run exceeded its timeout of 30 s",
     )
     assert scripted_llm.requests == []
+
+
+def test_completion_extracts_new_skills_and_lists_artifacts(agent, scripted_llm, tmp_path):
+    # given a run whose workspace gained a new skill and an artifact (written by its tools)
+    from skills.models import Skill
+
+    workspace = tmp_path / "ws"
+    (workspace / "skills" / "demo").mkdir(parents=True)
+    (workspace / "skills" / "demo" / "SKILL.md").write_text(
+        "---\nname: demo\ndescription: Says hello.\n---\n# Steps\nSay hello.\n"
+    )
+    (workspace / "artifacts").mkdir()
+    (workspace / "artifacts" / "report.txt").write_text("r")
+    run_id = run_start(agent_id=agent.pk, task="t", workspace=str(workspace), actor="t")["run_id"]
+    scripted_llm.add(reply_text("Made a skill."))
+    # when the model finishes
+    assert drive(run_id, scripted_llm.client()) == [SliceOutcome.FINISHED]
+    # then the skill landed in the store and the result names it and the artifact
+    run = MotorRun.objects.get(pk=run_id)
+    assert run.result["skills"] == {
+        "created": ["demo"],
+        "updated": [],
+        "unchanged": [],
+        "failed": [],
+    }
+    assert run.result["artifacts"] == ["artifacts/report.txt"]
+    assert Skill.objects.filter(name="demo").count() == 1
+    assert Signal.objects.get(run_id=run_id).payload["result"]["skills"]["created"] == ["demo"]
+
+
+def test_a_crash_after_extraction_finishes_without_extracting_twice(agent, scripted_llm, tmp_path):
+    # given a run whose final answer and extraction result were recorded before a crash
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    run_id = run_start(agent_id=agent.pk, task="t", workspace=str(workspace), actor="t")["run_id"]
+    attempt = Attempt.objects.get(run_id=run_id)
+    attempt.messages = [*attempt.messages, {"role": "assistant", "content": "All done."}]
+    attempt.iteration = 1
+    attempt.save()
+    recorded = {"created": ["x"], "updated": [], "unchanged": [], "failed": []}
+    MotorRun.objects.filter(pk=run_id).update(
+        status=RunStatus.RUNNING, started_at=timezone.now(), result={"skills": recorded}
+    )
+    # when the slice runs again
+    assert run_step(run_id=run_id, client=scripted_llm.client()) is SliceOutcome.FINISHED
+    # then it completes with the recorded extraction and the final text, without asking the model
+    run = MotorRun.objects.get(pk=run_id)
+    assert (run.status, run.result["summary"], run.result["skills"]) == (
+        RunStatus.COMPLETED,
+        "All done.",
+        recorded,
+    )
+    assert scripted_llm.requests == []
