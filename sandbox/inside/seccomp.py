@@ -11,10 +11,17 @@ kills the process, because the syscall numbers would not mean what the filter as
 
 Two profiles:
 
-* ``build_filter(allow_unix_sockets=False)`` — for tool commands: also refuses ``socket`` and
-  ``socketpair`` with the AF_UNIX, AF_NETLINK, AF_PACKET and AF_VSOCK domains.
-* ``build_filter(allow_unix_sockets=True)`` — for the supervisor itself, whose egress bridge must
-  connect to the host's unix socket; everything else is refused the same way.
+* ``build_filter()`` — for tool commands: also refuses ``socket`` and ``socketpair`` with the
+  AF_UNIX, AF_NETLINK, AF_PACKET and AF_VSOCK domains, and every change of a resource limit:
+  ``setrlimit`` fails, and ``prlimit64`` only reads the caller's own limits (pid 0, no new
+  value). A command therefore keeps exactly the limits it was started with (the supervisor may
+  hand them over as soft limits, see supervisor.py) and cannot touch another process's limits.
+* ``build_filter(allow_unix_sockets=True, allow_rlimit_changes=True)`` — for the supervisor
+  itself, whose egress bridge must connect to the host's unix socket and which sets the limits
+  its commands inherit; everything else is refused the same way.
+
+A filter is installed on the calling thread only (no TSYNC), so one process can hold threads
+under different profiles; a child inherits the filters of the thread that forked it.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ _RET_K = 0x06  # BPF_RET | BPF_K
 _OFF_NR = 0
 _OFF_ARCH = 4
 _OFF_ARG0 = 16
+_OFF_ARG2 = 32
 
 _X32_SYSCALL_BIT = 0x40000000
 
@@ -70,6 +78,8 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
         {
             "socket": 41,
             "socketpair": 53,
+            "setrlimit": 160,
+            "prlimit64": 302,
             "clone": 56,
             "clone3": 435,
             "ptrace": 101,
@@ -119,6 +129,8 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
         {
             "socket": 198,
             "socketpair": 199,
+            "setrlimit": 164,
+            "prlimit64": 261,
             "clone": 220,
             "clone3": 435,
             "ptrace": 117,
@@ -228,7 +240,12 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
 
-def build_filter(*, allow_unix_sockets: bool = False, arch: str | None = None) -> bytes:
+def build_filter(
+    *,
+    allow_unix_sockets: bool = False,
+    allow_rlimit_changes: bool = False,
+    arch: str | None = None,
+) -> bytes:
     """Return the BPF program (an array of struct sock_filter) as bytes."""
     name = arch or machine()
     if name not in _ARCHES:
@@ -240,9 +257,12 @@ def build_filter(*, allow_unix_sockets: bool = False, arch: str | None = None) -
     # Layout (indices are instruction numbers; jumps are relative to the next instruction):
     #   0 ld arch; 1 jeq arch ? 2 : KILL; 2 ld nr; [3 jge x32 ? KILL : next  (x86_64 only)]
     #   one `jeq nr ? DENY` per denied syscall
+    #   [jeq setrlimit ? DENY; jeq prlimit64 ? PRLIMIT_CHECK  (unless rlimit changes are allowed)]
     #   jeq clone3 ? ENOSYS; jeq clone ? CLONE_CHECK; jeq socket ? SOCK_CHECK;
     #   jeq socketpair ? SOCK_CHECK; ret ALLOW
     #   CLONE_CHECK: ld arg0; jset NS_FLAGS ? DENY : ALLOW
+    #   [PRLIMIT_CHECK: ld arg0 (pid, an int); jeq 0 ? next : DENY; ld arg2 low; jeq 0 ? next : DENY;
+    #    ld arg2 high; jeq 0 ? ALLOW : DENY  — only a read of the caller's own limits passes]
     #   SOCK_CHECK: ld arg0; one `jeq domain ? DENY` per domain; ret ALLOW
     #   DENY: ret ERRNO|EPERM; ENOSYS: ret ERRNO|ENOSYS; KILL: ret KILL_PROCESS
     head: list[tuple[int, int, int, int, str | None, str | None]] = []
@@ -254,6 +274,9 @@ def build_filter(*, allow_unix_sockets: bool = False, arch: str | None = None) -
         head.append((_JGE_K, 0, 0, _X32_SYSCALL_BIT, "KILL", None))
     for nr in denied:
         head.append((_JEQ_K, 0, 0, nr, "DENY", None))
+    if not allow_rlimit_changes:
+        head.append((_JEQ_K, 0, 0, table["setrlimit"], "DENY", None))
+        head.append((_JEQ_K, 0, 0, table["prlimit64"], "PRLIMIT_CHECK", None))
     head.append((_JEQ_K, 0, 0, table["clone3"], "ENOSYS", None))
     head.append((_JEQ_K, 0, 0, table["clone"], "CLONE_CHECK", None))
     head.append((_JEQ_K, 0, 0, table["socket"], "SOCK_CHECK", None))
@@ -263,6 +286,14 @@ def build_filter(*, allow_unix_sockets: bool = False, arch: str | None = None) -
     labels["CLONE_CHECK"] = len(head)
     head.append((_LD_W_ABS, 0, 0, _OFF_ARG0, None, None))
     head.append((_JSET_K, 0, 0, _CLONE_NS_FLAGS, "DENY", "ALLOW"))
+    if not allow_rlimit_changes:
+        labels["PRLIMIT_CHECK"] = len(head)
+        head.append((_LD_W_ABS, 0, 0, _OFF_ARG0, None, None))
+        head.append((_JEQ_K, 0, 0, 0, None, "DENY"))
+        head.append((_LD_W_ABS, 0, 0, _OFF_ARG2, None, None))
+        head.append((_JEQ_K, 0, 0, 0, None, "DENY"))
+        head.append((_LD_W_ABS, 0, 0, _OFF_ARG2 + 4, None, None))
+        head.append((_JEQ_K, 0, 0, 0, "ALLOW", "DENY"))
     labels["SOCK_CHECK"] = len(head)
     head.append((_LD_W_ABS, 0, 0, _OFF_ARG0, None, None))
     for domain in domains:
@@ -317,8 +348,8 @@ class PreparedFilter:
         self._fprog_address = ctypes.addressof(self._fprog)
 
     def install(self) -> None:
-        """Set no_new_privs and install the filter on the calling thread (inherited by children
-        and kept across execve). Raises OSError when the kernel refuses."""
+        """Set no_new_privs and install the filter on the calling thread only (inherited by the
+        children it forks and kept across execve). Raises OSError when the kernel refuses."""
         if self._prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}")
@@ -327,6 +358,12 @@ class PreparedFilter:
             raise OSError(err, f"prctl(PR_SET_SECCOMP): {os.strerror(err)}")
 
 
-def prepare(*, allow_unix_sockets: bool = False) -> PreparedFilter:
+def prepare(
+    *, allow_unix_sockets: bool = False, allow_rlimit_changes: bool = False
+) -> PreparedFilter:
     """Build the filter for this machine, ready to install (possibly in a forked child)."""
-    return PreparedFilter(build_filter(allow_unix_sockets=allow_unix_sockets))
+    return PreparedFilter(
+        build_filter(
+            allow_unix_sockets=allow_unix_sockets, allow_rlimit_changes=allow_rlimit_changes
+        )
+    )

@@ -7,9 +7,11 @@ next to ``seccomp.py`` and ``bridge.py``. It is also importable on the host as
 
 It refuses to run as uid 0. On start (serve and run-one) it makes itself non-dumpable and sets
 no_new_privs; in serve mode it also installs its own seccomp filter (the command profile minus
-the AF_UNIX refusal, which the bridge needs) before any thread exists. Under bwrap it is the PID
-namespace's PID 1 (``--as-pid-1``): it reaps every orphan, and signals sent from inside cannot
-kill it.
+the AF_UNIX refusal, which the bridge needs, and minus the rlimit refusal, with which it hands
+commands their limits) before any thread exists, then starts a spawner thread that adds the
+command profile for itself and everything it starts. Under bwrap it is the PID namespace's PID 1
+(``--as-pid-1``): it reaps every orphan, and signals sent from inside cannot kill it; commands
+can neither read its memory (non-dumpable) nor trace it or change its limits (seccomp).
 
 Modes
 =====
@@ -63,7 +65,9 @@ What each command gets: its own session and process group; rlimits AS (memory_by
 FSIZE (file_size_bytes, lowered to what is left of workspace_bytes when the call starts), NOFILE,
 CPU (SIGXCPU at cpu_seconds, SIGKILL one second later), CORE=0; no_new_privs and
 the seccomp filter of ``seccomp.py`` (no AF_UNIX/AF_NETLINK/AF_PACKET/AF_VSOCK sockets, no
-io_uring, ptrace, keyctl, mount, namespaces, bpf, ...); the environment ``config.env`` +
+io_uring, ptrace, keyctl, mount, namespaces, bpf, no change of any rlimit, ...). In serve mode a
+command normally starts by vfork + exec from the spawner thread and inherits its limits (see
+``Runner``): a warm call costs about one plain fork/exec. The environment ``config.env`` +
 ``exec.env`` and nothing else. stdout and stderr are each kept up to the output limit
 (``exec.output_limit`` or ``limits.output_bytes``, at most ``MAX_OUTPUT_BYTES``); the rest is read and discarded, and
 ``truncated`` is set. On the wall-clock deadline every process is SIGKILLed and ``timed_out`` is
@@ -326,33 +330,151 @@ def harden_self() -> None:
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
 
 
-class _ChildSetup:
-    """What runs between fork and exec: rlimits, then no_new_privs + the seccomp filter. Only
-    rlimits and prctl there — everything that allocates is prepared up front."""
+#: what a command gets, in the order applied: (resource, soft, hard) for each limit that is on
+LimitTargets = list[tuple[int, int, int]]
 
-    def __init__(self, config: Config) -> None:
+_INF = resource.RLIM_INFINITY
+
+
+def _at_most(value: int, ceiling: int) -> bool:
+    """value <= ceiling for rlimit values, where RLIM_INFINITY is the largest."""
+    if ceiling == _INF:
+        return True
+    return value != _INF and value <= ceiling
+
+
+def _lower(a: int, b: int) -> int:
+    return a if _at_most(a, b) else b
+
+
+def limit_targets(config: Config, file_size: int | None) -> LimitTargets:
+    """The rlimits of the next command (`file_size`: its RLIMIT_FSIZE, None for none)."""
+    targets: LimitTargets = []
+    if config.memory_bytes:
+        targets.append((resource.RLIMIT_AS, config.memory_bytes, config.memory_bytes))
+    if config.max_processes:
+        targets.append((resource.RLIMIT_NPROC, config.max_processes, config.max_processes))
+    if file_size is not None:
+        targets.append((resource.RLIMIT_FSIZE, file_size, file_size))
+    if config.open_files:
+        targets.append((resource.RLIMIT_NOFILE, config.open_files, config.open_files))
+    if config.cpu_seconds:
+        # SIGXCPU at the soft limit, SIGKILL one second later
+        targets.append((resource.RLIMIT_CPU, config.cpu_seconds, config.cpu_seconds + 1))
+    targets.append((resource.RLIMIT_CORE, 0, 0))
+    return targets
+
+
+def _rlimit_changes_refused() -> bool:
+    """True when this thread may not change rlimits at all (it runs under the command filter,
+    e.g. run-one started as a command): a no-op setrlimit, which the kernel always allows, fails."""
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, resource.getrlimit(resource.RLIMIT_CORE))
+    except (ValueError, PermissionError):
+        # CPython reports EPERM from setrlimit as ValueError("not allowed to raise ...")
+        return True
+    return False
+
+
+class _ChildSetup:
+    """What runs between fork and exec on the slow path (a full fork): rlimits, then no_new_privs
+    and the seccomp filter. Only rlimits and prctl there — everything that allocates is prepared
+    up front."""
+
+    def __init__(self) -> None:
         seccomp = _load_sibling("seccomp")
-        self._filter = seccomp.prepare(allow_unix_sockets=False)
-        self._memory = config.memory_bytes
-        self._nproc = config.max_processes
-        self._nofile = config.open_files
-        self._cpu = config.cpu_seconds
-        #: RLIMIT_FSIZE of the next command (None: unlimited); set per call
-        self.file_size: int | None = config.file_size_bytes or None
+        self._filter = seccomp.prepare()
+        #: the limits to set in the child; chosen per call by `prepare`
+        self._targets: LimitTargets = []
+
+    def prepare(self, targets: LimitTargets) -> None:
+        """Choose what the child must set. A limit this process already holds at least as tight
+        is skipped (it is inherited); so is a soft limit at least as tight when this process may
+        not change rlimits at all (then nothing under it can raise one either). Anything else is
+        set in the child, and a refusal there fails the call."""
+        refused = _rlimit_changes_refused()
+        needed: LimitTargets = []
+        for res, soft, hard in targets:
+            cur_soft, cur_hard = resource.getrlimit(res)
+            if _at_most(cur_soft, soft) and (refused or _at_most(cur_hard, hard)):
+                continue
+            needed.append((res, soft, hard))
+        self._targets = needed
 
     def __call__(self) -> None:
-        if self._memory:
-            resource.setrlimit(resource.RLIMIT_AS, (self._memory, self._memory))
-        if self._nproc:
-            resource.setrlimit(resource.RLIMIT_NPROC, (self._nproc, self._nproc))
-        if self.file_size is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_size, self.file_size))
-        if self._nofile:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (self._nofile, self._nofile))
-        if self._cpu:
-            resource.setrlimit(resource.RLIMIT_CPU, (self._cpu, self._cpu + 1))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        for res, soft, hard in self._targets:
+            resource.setrlimit(res, (soft, hard))
         self._filter.install()
+
+
+class _Spawner:
+    """A thread under the command filter that starts the commands (the fast path).
+
+    seccomp filters belong to threads, and a child inherits the filters of the thread that forks
+    it. This thread adds the command profile (no AF_UNIX, no rlimit changes, ...) on top of the
+    supervisor's own, so what it starts is filtered from its first instruction without any code
+    between fork and exec — CPython then uses vfork() instead of a full fork(). The main thread
+    keeps the supervisor profile: it may set the limits the commands inherit, and the egress
+    bridge's threads may reach the host's unix socket."""
+
+    def __init__(self) -> None:
+        command_filter = _load_sibling("seccomp").prepare()
+        self._go = threading.Lock()
+        self._go.acquire()
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._job: Any = None
+        self._value: Any = None
+        self._error: BaseException | None = None
+        thread = threading.Thread(
+            target=self._loop, args=(command_filter,), name="spawner", daemon=True
+        )
+        thread.start()
+        self._done.acquire()
+        if self._error is not None:
+            raise RuntimeError(f"the command filter could not be installed: {self._error}")
+
+    def _loop(self, command_filter: Any) -> None:
+        try:
+            command_filter.install()
+        except BaseException as exc:  # noqa: BLE001 - reported by __init__
+            self._error = exc
+            self._done.release()
+            return
+        self._done.release()
+        while True:
+            self._go.acquire()
+            try:
+                self._value, self._error = self._job(), None
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+                self._value, self._error = None, exc
+            self._done.release()
+
+    def call(self, job: Any) -> Any:
+        """Run `job` on the spawner thread and return its value (or raise its exception)."""
+        self._job = job
+        self._go.release()
+        self._done.acquire()
+        value, error = self._value, self._error
+        self._job = self._value = self._error = None
+        if error is not None:
+            raise error
+        return value
+
+
+class _SlowPath(Exception):
+    """The fast path cannot start this command; nothing was started."""
+
+
+#: errno values of a fork()/pipe() that failed under the inherited limits (nothing ran)
+_RETRY_ERRNOS = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
+#: address space the supervisor keeps free when it holds a command's RLIMIT_AS (bytes)
+_AS_HEADROOM = 32 * 1024 * 1024
+
+
+def _own_address_space() -> int:
+    with open("/proc/self/statm", "rb") as fh:
+        return int(fh.read().split()[0]) * resource.getpagesize()
 
 
 def workspace_usage(root: str, *, max_entries: int = MAX_WORKSPACE_ENTRIES) -> tuple[int, int]:
@@ -447,6 +569,11 @@ def sweep_processes(keep: int | None = None) -> bool:
     """SIGKILL every process this uid may signal except this one, init and our ancestors, reap
     them (all but `keep`, whose status the caller collects) and wait, bounded, until none is left.
     True when the namespace is clean."""
+    return _sweep(keep)[0]
+
+
+def _sweep(keep: int | None) -> tuple[bool, bool]:
+    """sweep_processes(); also says whether there was nothing at all to kill or reap."""
     protected = _protected_pids()
     uid = os.getuid()
     deadline = time.monotonic() + SWEEP_GRACE_S
@@ -458,22 +585,22 @@ def sweep_processes(keep: int | None = None) -> bool:
             try:
                 os.kill(-1, signal.SIGKILL)
             except ProcessLookupError:
-                # nothing at all was left to signal (the common case): no /proc walk needed
-                reap_orphans(keep)
-                return True
+                # nothing at all was left to signal (the common case; an unreaped zombie would
+                # count): neither a /proc walk nor reaping is needed
+                return True, True
             except OSError:
                 pass
         reap_orphans(keep)
         leftovers = _live_foreign_pids(protected, uid)
         if not leftovers:
-            return True
+            return True, False
         for pid in leftovers:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
         if time.monotonic() > deadline:
-            return False
+            return False, False
         time.sleep(0.005)
 
 
@@ -506,11 +633,24 @@ def _result(
 
 
 class Runner:
-    """Runs one command at a time under the session's limits."""
+    """Runs one command at a time under the session's limits.
 
-    def __init__(self, config: Config) -> None:
+    With `inherit` (serve mode) commands start on the fast path: the limits go onto this process
+    as soft limits for the instant of the spawn, the spawner thread (under the command filter)
+    starts the command without any code between fork and exec, and the limits are restored. The
+    command inherits them, and the command filter forbids it to change any rlimit, so the soft
+    values bind it and everything it starts. Right after the spawn its hard limits are lowered to
+    the same values (RLIMIT_CPU's SIGKILL one second past the soft limit), as the slow path sets
+    them. The slow path (a full fork that sets the limits and the filter before exec) is taken
+    when this process could not hold the limits itself for that instant: its own address space
+    or CPU time too close to the command's limits, or the fork refused under them."""
+
+    def __init__(self, config: Config, *, inherit: bool = False) -> None:
         self.config = config
-        self._child_setup = _ChildSetup(config)
+        self._child_setup = _ChildSetup()
+        self._spawner = _Spawner() if inherit else None
+        #: this process's own limits, restored after each fast-path spawn
+        self._own = {res: resource.getrlimit(res) for res, _s, _h in limit_targets(config, 0)}
 
     def _over_quota(self) -> bool:
         if not self.config.workspace_bytes:
@@ -529,21 +669,83 @@ class Runner:
             cap = left if cap is None else min(cap, left)
         return cap
 
+    def _popen(self, spec: ExecSpec, **extra: Any) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            spec.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=spec.cwd,
+            env=spec.env,
+            close_fds=True,
+            # the command's own session and process group (setsid in the vfork child)
+            start_new_session=True,
+            # SIGPIPE and SIGXFSZ back to their defaults (Python ignores both in this process)
+            restore_signals=True,
+            **extra,
+        )
+
+    def _spawn_inherited(self, spec: ExecSpec, targets: LimitTargets) -> subprocess.Popen[bytes]:
+        """The fast path. Raises _SlowPath when nothing was started and the slow path should be
+        used instead."""
+        assert self._spawner is not None
+        spawner = self._spawner
+        for res, soft, _hard in targets:
+            if res == resource.RLIMIT_AS:
+                request_bytes = sum(len(a) for a in spec.argv)
+                request_bytes += sum(len(k) + len(v) for k, v in spec.env.items())
+                if _own_address_space() + _AS_HEADROOM + 4 * request_bytes > soft:
+                    raise _SlowPath("this process's address space is too close to RLIMIT_AS")
+            elif res == resource.RLIMIT_CPU and time.process_time() + 1.0 >= soft:
+                raise _SlowPath("this process's CPU time is too close to RLIMIT_CPU")
+        applied: list[int] = []
+        try:
+            try:
+                for res, soft, _hard in targets:
+                    own_hard = self._own[res][1]
+                    resource.setrlimit(res, (_lower(soft, own_hard), own_hard))
+                    applied.append(res)
+            except (OSError, ValueError) as exc:
+                raise _SlowPath(f"cannot hold the command's limits: {exc}") from exc
+            try:
+                proc: subprocess.Popen[bytes] = spawner.call(lambda: self._popen(spec))
+            except OSError as exc:
+                if exc.errno in _RETRY_ERRNOS:
+                    raise _SlowPath(f"fork refused under the command's limits: {exc}") from exc
+                raise
+            except MemoryError as exc:
+                # the command may or may not have started: make sure it is gone, never retry
+                sweep_processes()
+                raise subprocess.SubprocessError("out of memory while starting") from exc
+        finally:
+            for res in reversed(applied):
+                resource.setrlimit(res, self._own[res])
+        for res, soft, hard in targets:
+            own_hard = self._own[res][1]
+            try:
+                resource.prlimit(proc.pid, res, (_lower(soft, own_hard), _lower(hard, own_hard)))
+            except OSError:
+                # already gone (or exec'd into something we may not touch): nothing to limit
+                break
+        return proc
+
+    def _start(self, spec: ExecSpec, targets: LimitTargets) -> subprocess.Popen[bytes]:
+        if self._spawner is not None:
+            try:
+                return self._spawn_inherited(spec, targets)
+            except _SlowPath:
+                pass
+        self._child_setup.prepare(targets)
+        return self._popen(
+            spec,
+            preexec_fn=self._child_setup,  # noqa: PLW1509 - limits must be set pre-exec
+        )
+
     def run(self, spec: ExecSpec) -> dict[str, Any]:
         started = time.monotonic()
-        self._child_setup.file_size = self._file_size_cap()
+        targets = limit_targets(self.config, self._file_size_cap())
         try:
-            proc = subprocess.Popen(
-                spec.argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=spec.cwd,
-                env=spec.env,
-                close_fds=True,
-                start_new_session=True,
-                preexec_fn=self._child_setup,  # noqa: PLW1509 - limits must be set pre-exec
-            )
+            proc = self._start(spec, targets)
         except FileNotFoundError as exc:
             if exc.filename == spec.cwd:
                 msg = f"working directory {spec.cwd} does not exist"
@@ -595,6 +797,7 @@ class Runner:
         next_scan = started + scan_interval
         exited = False
         open_outputs = 2
+        nothing_left = False
 
         def kill_all() -> None:
             try:
@@ -632,7 +835,7 @@ class Runner:
                 # Whatever the command left behind dies now, which also closes every copy of
                 # its output pipes so the reads below reach EOF.
                 if self.config.sweep:
-                    sweep_processes(keep=proc.pid)
+                    _clean, nothing_left = _sweep(keep=proc.pid)
                 else:
                     try:
                         os.killpg(proc.pid, signal.SIGKILL)
@@ -681,7 +884,8 @@ class Runner:
         proc.stdout.close()
         proc.stderr.close()
         returncode = proc.wait()
-        reap_orphans()
+        if not nothing_left:
+            reap_orphans()
         if self.config.workspace_bytes and not quota_hit and self._over_quota():
             quota_hit = True
         duration_ms = int((time.monotonic() - started) * 1000)
@@ -735,7 +939,7 @@ def _start_bridge(bridge: Mapping[str, Any]) -> None:
 
 def _install_own_filter() -> None:
     seccomp = _load_sibling("seccomp")
-    seccomp.prepare(allow_unix_sockets=True).install()
+    seccomp.prepare(allow_unix_sockets=True, allow_rlimit_changes=True).install()
 
 
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
@@ -751,10 +955,12 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
             raise ProtocolError("the first frame must be a configure frame")
         config = parse_config(first.get("config"))
         harden_self()
-        # The supervisor's own filter goes on before any thread exists, so the bridge thread
-        # inherits it; it allows AF_UNIX, which the bridge needs to reach the host.
+        # The supervisor's own filter goes on before any thread exists, so every thread
+        # inherits it; it allows AF_UNIX, which the bridge needs to reach the host, and rlimit
+        # changes, with which the main thread hands the commands their limits. The spawner
+        # thread adds the command filter on top for itself and what it starts.
         _install_own_filter()
-        runner = Runner(config)
+        runner = Runner(config, inherit=True)
         if config.bridge is not None:
             _start_bridge(config.bridge)
     except Exception as exc:  # noqa: BLE001 - every set-up failure is reported, then we exit

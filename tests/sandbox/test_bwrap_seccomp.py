@@ -57,3 +57,41 @@ def test_unix_sockets_are_refused_only_in_the_command_profile() -> None:
 def test_unknown_architecture_is_refused() -> None:
     with pytest.raises(seccomp.SeccompUnavailable, match="riscv64"):
         seccomp.build_filter(arch="riscv64")
+
+
+@pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
+def test_rlimit_changes_are_refused_only_in_the_command_profile(arch: str) -> None:
+    table = seccomp.syscall_numbers(arch)
+    strict = decode(seccomp.build_filter(arch=arch))
+    relaxed = decode(
+        seccomp.build_filter(arch=arch, allow_unix_sockets=True, allow_rlimit_changes=True)
+    )
+    eperm = (0x06, 0, 0, 0x00050000 | 1)
+
+    def target(insns: list[tuple[int, int, int, int]], nr: int) -> int | None:
+        for index, (code, jt, _jf, k) in enumerate(insns):
+            if code == 0x15 and k == nr and jt:
+                return index + 1 + jt
+        return None
+
+    # setrlimit goes straight to EPERM
+    setrlimit_at = target(strict, table["setrlimit"])
+    assert setrlimit_at is not None and strict[setrlimit_at] == eperm
+    # prlimit64 passes only with pid (arg0) == 0 and a NULL new limit (arg2, both halves)
+    check = target(strict, table["prlimit64"])
+    assert check is not None
+    assert [(code, k) for code, _jt, _jf, k in strict[check : check + 6]] == [
+        (0x20, 16),
+        (0x15, 0),
+        (0x20, 32),
+        (0x15, 0),
+        (0x20, 36),
+        (0x15, 0),
+    ]
+    for offset in (1, 3, 5):
+        _code, jt, jf, _k = strict[check + offset]
+        assert strict[check + offset + 1 + jf] == eperm
+        assert jt == 0 or strict[check + offset + 1 + jt] == (0x06, 0, 0, 0x7FFF0000)
+    # the supervisor's own profile touches neither
+    assert target(relaxed, table["setrlimit"]) is None
+    assert target(relaxed, table["prlimit64"]) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import os
 import signal
@@ -542,3 +543,83 @@ def test_hard_link_to_an_outside_file_is_not_handed_to_the_sandbox(
     assert write.exit_code != 0
     assert outside.read_text() == "host data"
     assert (workspace / "own.txt").stat().st_uid == session.host_uid
+
+
+LIMITS_PROBE = """
+import ctypes, json, platform, resource, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Rlimit(ctypes.Structure):
+    _fields_ = [("cur", ctypes.c_ulong), ("max", ctypes.c_ulong)]
+
+
+def err(rc):
+    return 0 if rc == 0 else ctypes.get_errno()
+
+
+lower = Rlimit(10, 10)
+seen = Rlimit()
+setrlimit_nr = 160 if platform.machine() == "x86_64" else 164
+out = {
+    "nofile": list(resource.getrlimit(resource.RLIMIT_NOFILE)),
+    "nproc": list(resource.getrlimit(resource.RLIMIT_NPROC)),
+    "cpu": list(resource.getrlimit(resource.RLIMIT_CPU)),
+    "lower_own": err(libc.prlimit(0, resource.RLIMIT_NOFILE, ctypes.byref(lower), None)),
+    "raw_setrlimit": err(
+        libc.syscall(setrlimit_nr, resource.RLIMIT_NOFILE, ctypes.byref(lower))
+    ),
+    "read_pid1": err(libc.prlimit(1, resource.RLIMIT_NOFILE, None, ctypes.byref(seen))),
+    "lower_pid1": err(libc.prlimit(1, resource.RLIMIT_CPU, ctypes.byref(lower), None)),
+    "grandchild": subprocess.run(
+        ["sh", "-c", "ulimit -n; ulimit -p; ulimit -n 50 2>/dev/null || echo refused"],
+        capture_output=True, text=True,
+    ).stdout.split(),
+}
+print(json.dumps(out))
+"""
+
+
+def _supervisor_pids(session: BwrapSession) -> list[int]:
+    bwrap_pid = session._proc.pid
+    return [
+        int(p) for p in Path(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children").read_text().split()
+    ]
+
+
+@pytest.mark.parametrize(
+    "memory_bytes",
+    [
+        512 * 1024 * 1024,
+        # below the supervisor's own address space plus headroom: the limits cannot be handed
+        # over by inheritance and are set between fork and exec instead
+        64 * 1024 * 1024,
+    ],
+)
+def test_commands_hold_their_limits_and_cannot_change_any(
+    open_sandbox: SandboxFactory, memory_bytes: int
+) -> None:
+    # given a session with distinctive limits
+    session = open_sandbox(
+        limits=Limits(open_files=100, max_processes=40, cpu_seconds=300, memory_bytes=memory_bytes)
+    )
+    assert isinstance(session, BwrapSession)
+    (supervisor,) = _supervisor_pids(session)
+    before = Path(f"/proc/{supervisor}/limits").read_text()
+    # when a command reads its limits, tries to lower its own and the supervisor's, and starts
+    # a shell that reads and tries to change them too
+    outcome = py_json(session, LIMITS_PROBE)
+    # then it holds exactly the session's limits, every change is refused, the supervisor's own
+    # limits are readable by no one but itself, and the grandchild is bound the same way
+    assert outcome == {
+        "nofile": [100, 100],
+        "nproc": [40, 40],
+        "cpu": [300, 301],
+        "lower_own": errno.EPERM,
+        "raw_setrlimit": errno.EPERM,
+        "read_pid1": errno.EPERM,
+        "lower_pid1": errno.EPERM,
+        "grandchild": ["100", "40", "refused"],
+    }
+    # and the supervisor's own limits are what they were before the call
+    assert Path(f"/proc/{supervisor}/limits").read_text() == before
