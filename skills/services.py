@@ -612,6 +612,7 @@ def _install_locked(
                 to_status=policy.status,
                 reason="pending credentials from run",
                 content_hash=digest,
+                version_number=version.number,
                 changes=cred_change,
             )
     return InstallResult(
@@ -957,6 +958,7 @@ def _merge_credentials_unchanged(
         change = _merge_pending_credentials(policy, pending, policy_is_new=False)
         if change:
             policy.save()
+            version = skill.current_version
             _audit(
                 action=AuditAction.POLICY_UPDATED,
                 actor=actor,
@@ -964,6 +966,8 @@ def _merge_credentials_unchanged(
                 from_status=policy.status,
                 to_status=policy.status,
                 reason="pending credentials from run",
+                content_hash=version.content_hash if version else "",
+                version_number=version.number if version else None,
                 changes=change,
             )
 
@@ -1300,6 +1304,7 @@ def policy_create(*, skill: Skill | str, agent: Model, actor: Actor) -> Policy:
             policy=policy,
             to_status=policy.status,
             content_hash=locked.current_version.content_hash if locked.current_version else "",
+            version_number=locked.current_version.number if locked.current_version else None,
         )
         return policy
 

@@ -208,6 +208,19 @@ def test_existing_policy_takes_only_required_pending_credentials(approved_mailer
     assert policy.status == PolicyStatus.APPROVED
     assert policy.required_credentials == ["AGENTMAIL_KEY"]
     assert policy_credential_values(policy=policy) == {"AGENTMAIL_KEY": "sk-rotated"}
+    # and audited as a policy edit naming the content it applies to, never the value
+    event = PolicyAuditEvent.objects.order_by("-id").first()
+    assert (event.action, event.from_status, event.to_status, event.actor_label) == (
+        AuditAction.POLICY_UPDATED,
+        PolicyStatus.APPROVED,
+        PolicyStatus.APPROVED,
+        "run 8",
+    )
+    assert (event.content_hash, event.version_number) == (approved_mailer.version.content_hash, 1)
+    assert event.changes == {
+        "credential_values": {"set": {"AGENTMAIL_KEY": "[set]"}},
+        "required_credentials": ["AGENTMAIL_KEY"],
+    }
 
 
 def test_other_agents_approval_is_invalidated_at_load(
