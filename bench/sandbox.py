@@ -34,7 +34,10 @@ if str(REPO) not in sys.path:
 from sandbox.types import ExecRequest, NetworkPolicy, SessionSpec  # noqa: E402
 
 IMAGE = os.environ.get("SANDBOX_DOCKER_IMAGE", "motor-cortex-sandbox:local")
-TRUE = ["true"]
+# the same binary by the same absolute path everywhere (/usr is shared with the sandboxes and
+# the image is Debian too), so a warm call and the plain exec run exactly the same `true` and
+# neither pays a PATH search the other does not
+TRUE = ["/usr/bin/true"]
 
 
 @dataclass
@@ -83,8 +86,7 @@ def measure(name: str, body: Callable[[], list[float]]) -> Row:
 
 
 def plain_exec(n: int) -> list[float]:
-    true = shutil.which("true") or "/bin/true"
-    return timed(lambda: subprocess.run([true], check=True), n)
+    return timed(lambda: subprocess.run(TRUE, check=True), n)
 
 
 def raw_bwrap_argv() -> list[str]:
