@@ -34,6 +34,7 @@ import re
 import select
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -193,10 +194,21 @@ def _prepare_workspace(workspace: Path) -> Path:
         # the sandbox runs as uid 10001 without any capability, so it can only write what that
         # uid owns. The walk is relative to directory fds and never follows a symlink, so an
         # entry swapped for a link mid-walk cannot redirect a chown outside the workspace.
+        # A regular file with several hard links that the sandbox does not own yet is left
+        # alone: another of its names may lie outside the workspace, and handing it over would
+        # give the sandbox a host file.
         for _root, dirs, files, dirfd in os.fwalk(resolved, follow_symlinks=False):
             for name in (*dirs, *files):
-                if os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_uid != SANDBOX_UID:
-                    os.chown(name, SANDBOX_UID, SANDBOX_UID, dir_fd=dirfd, follow_symlinks=False)
+                try:
+                    st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if st.st_uid == SANDBOX_UID:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                    log.warning("docker backend: not chowning multiply-linked file %s", name)
+                    continue
+                os.chown(name, SANDBOX_UID, SANDBOX_UID, dir_fd=dirfd, follow_symlinks=False)
         if resolved.stat().st_uid != SANDBOX_UID:
             os.chown(resolved, SANDBOX_UID, SANDBOX_UID)
     elif resolved.stat().st_uid != SANDBOX_UID and (resolved.stat().st_mode & 0o002) == 0:

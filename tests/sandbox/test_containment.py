@@ -1275,17 +1275,8 @@ def test_a_daemon_does_not_outlive_the_owning_process(backend_name: str, tmp_pat
 
 
 def test_a_hard_link_to_an_outside_file_is_not_handed_to_the_sandbox(
-    open_sandbox: SandboxFactory, backend_name: str, tmp_path: Path, request: pytest.FixtureRequest
+    open_sandbox: SandboxFactory, backend_name: str, tmp_path: Path
 ) -> None:
-    if backend_name == "docker":
-        # a known escape, kept visible: strict, so the fix turns this marker into a failure
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="docker backend _prepare_workspace chowns multiply-linked files to the "
-                "sandbox uid, handing over the outside file (bwrap skips them since 7e1099f)",
-            )
-        )
     # given a root-only file outside the workspace that also has a name inside it (as a careless
     # host-side copy could leave), next to an ordinary file
     workspace = tmp_path / "link-ws"
