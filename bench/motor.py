@@ -412,7 +412,10 @@ def require_completed(run_ids: list[str]) -> tuple[int, int, str]:
 
 
 def overhead_samples(env: Env, n: int, repeats: int) -> tuple[list[float], list[float], str]:
-    """(overhead ms per iteration, tool ms per iteration, note) over `repeats` runs of n reads."""
+    """(overhead ms, tool ms, note) per iteration over `repeats` runs of n iterations.
+
+    A run of n iterations makes n LLM requests, n - 1 of them asking for a read: n - 1 gaps.
+    """
     from runs.models import Step
 
     overhead: list[float] = []
@@ -420,7 +423,7 @@ def overhead_samples(env: Env, n: int, repeats: int) -> tuple[list[float], list[
     failed_total = 0
     for rep in range(repeats + 1):  # the first run warms the worker and is not counted
         tag = f"p1-{rep}"
-        run_id = start_run(env, tag, reads=n, iterations=n + 1)
+        run_id = start_run(env, tag, reads=n - 1, iterations=n)
         wait_finished([run_id], 120)
         _, failed, _ = require_completed([run_id])
         if rep == 0:
@@ -432,9 +435,9 @@ def overhead_samples(env: Env, n: int, repeats: int) -> tuple[list[float], list[
             .order_by("iteration")
             .values_list("duration_ms", flat=True)
         )
-        if len(served) != n + 1 or len(steps) != n:
-            raise RuntimeError(f"expected {n + 1} LLM requests / {n} steps, saw {len(served)}")
-        for i in range(n):
+        if len(served) != n or len(steps) != n - 1:
+            raise RuntimeError(f"expected {n} LLM requests / {n - 1} steps, saw {len(served)}")
+        for i in range(n - 1):
             interval = (served[i + 1].received - served[i].received) * 1000
             llm = (served[i].answered - served[i].received) * 1000
             tool = float(steps[i] or 0)
@@ -542,7 +545,10 @@ def part1(env: Env, n: int, repeats: int) -> list[str]:
         start_workers(env, pool="prefork", processes=1, concurrency=1)
         say(f"measuring: {repeats} runs of {n} iterations ...")
         overhead, tools, note = overhead_samples(env, n, repeats)
-        rows["overhead"] = (overhead, f"orchestration overhead per iteration ({repeats}x{n})")
+        rows["overhead"] = (
+            overhead,
+            f"orchestration overhead per iteration ({repeats} runs x {n - 1})",
+        )
         rows["tool"] = (tools, "read tool time per iteration (Step.duration_ms)")
     except Exception as exc:  # noqa: BLE001
         rows["overhead"] = ([], f"orchestration overhead: n/a ({reason_of(exc)})")
@@ -551,10 +557,8 @@ def part1(env: Env, n: int, repeats: int) -> list[str]:
     some_run = MotorRun.objects.values_list("pk", flat=True).first()
     measure(
         "txn",
-        lambda: (
-            lock_orm_transaction(str(some_run), 200)
-            if some_run
-            else (_ for _ in ()).throw(RuntimeError("no run row to lock"))
+        lambda: lock_orm_transaction(
+            str(some_run or start_run(env, "p1-lock", reads=0, iterations=1)), 200
         ),
         "bare lock + ORM checkpoint transaction",
     )
@@ -871,9 +875,9 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=100, help="agents of part 4 (default 100)")
     parser.add_argument(
         "--pools",
-        default="threads:2x45,threads:1x90",
-        help="part 4 worker shapes, pool:processes x concurrency (default threads:2x45,"
-        "threads:1x90); mind PostgreSQL max_connections (one per busy thread)",
+        default="threads:2x40,threads:1x80",
+        help="part 4 worker shapes, pool:processes x concurrency (default threads:2x40,"
+        "threads:1x80); mind PostgreSQL max_connections (one per busy thread)",
     )
     parser.add_argument("--delay", type=float, default=1.0, help="part 4 LLM delay (s)")
     parser.add_argument("--redis-db", type=int, default=13, help="Redis database (flushed)")
