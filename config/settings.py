@@ -182,6 +182,37 @@ LLM_FAST_MODEL = env.str("LLM_FAST_MODEL", default="")
 LLM_SMART_MODEL = env.str("LLM_SMART_MODEL", default="")
 LLM_MOTOR_MODEL = env.str("LLM_MOTOR_MODEL", default="")
 LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0)
+LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
+
+# --- the motor runtime ---------------------------------------------------------------------------
+# seconds a worker holds a run's execution lease before the reaper may hand the run to another
+MOTOR_LEASE_TTL_SECONDS = env.int("MOTOR_LEASE_TTL_SECONDS", default=900)
+# seconds the Redis fast-path mutex key lives (the database constraint is the authority)
+MOTOR_MUTEX_TTL_SECONDS = env.int("MOTOR_MUTEX_TTL_SECONDS", default=3600)
+MOTOR_MUTEX_REDIS_URL = env.str("MOTOR_MUTEX_REDIS_URL", default="")
+# a slice whose worker died this many times is poison: the run fails instead of looping
+MOTOR_MAX_REDELIVERIES = env.int("MOTOR_MAX_REDELIVERIES", default=3)
+# seconds past a lease's expiry before the reaper re-enqueues the run
+MOTOR_REAPER_GRACE_SECONDS = env.int("MOTOR_REAPER_GRACE_SECONDS", default=120)
+# seconds a run may wait for the user's answer before it fails with "User response timeout"
+MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS = env.int("MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS", default=1800)
+# seconds an approval request stays valid
+MOTOR_APPROVAL_TTL_SECONDS = env.int("MOTOR_APPROVAL_TTL_SECONDS", default=900)
+# dotted path of resolver(*, agent_id, names) -> {name: value} handing credentials to tool calls
+MOTOR_CREDENTIAL_RESOLVER = env.str("MOTOR_CREDENTIAL_RESOLVER", default="")
+# extract skills from a run's workspace after it completes
+MOTOR_EXTRACT_SKILLS = env.bool("MOTOR_EXTRACT_SKILLS", default=True)
+# Celery queue for run slices (empty: the default queue)
+MOTOR_RUN_QUEUE = env.str("MOTOR_RUN_QUEUE", default="")
+# seconds between reaper passes (lost wake-ups, expired approvals, unanswered questions)
+MOTOR_REAPER_INTERVAL_SECONDS = env.int("MOTOR_REAPER_INTERVAL_SECONDS", default=60)
+
+CELERY_BEAT_SCHEDULE = {
+    "motor-reaper": {
+        "task": "runs.run_reap",
+        "schedule": float(MOTOR_REAPER_INTERVAL_SECONDS),
+    },
+}
 
 # --- API -----------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
