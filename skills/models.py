@@ -216,9 +216,11 @@ class Policy(FSMModelMixin, models.Model):
         self.reviewed_hash = ""
         self.review_facts = {}
 
+    # From reviewed too: a review of content that is no longer current is redone (the service
+    # refuses to redo a review that is still current).
     @transition(
         field=status,
-        source=[PolicyStatus.PENDING_REVIEW, PolicyStatus.NEEDS_REAPPROVAL],
+        source=[PolicyStatus.PENDING_REVIEW, PolicyStatus.REVIEWED, PolicyStatus.NEEDS_REAPPROVAL],
         target=PolicyStatus.REVIEWED,
     )
     def review(self, *, facts: dict[str, object], content_hash: str, at: object) -> None:

@@ -1075,14 +1075,22 @@ def policy_review(*, policy: Policy | int, actor: Actor) -> Policy:
     """Compute and store the deterministic review of the skill's current version for this policy.
 
     Facts (skills.bundle.review_bundle) plus the diff against the last version this agent
-    approved; pending_review (or needs_reapproval) → reviewed.
+    approved; pending_review (or needs_reapproval) → reviewed. A reviewed policy whose review
+    covers content that is no longer current (another agent's run or an import installed a new
+    version) is reviewed again; a current review is not redone.
     """
     with transaction.atomic():
         skill, policy = _lock_skill_and_policy(policy)
         version = skill.current_version
         if version is None:
             raise SkillNotFound(f"Skill {skill.name!r} has no installed version.")
-        if policy.status not in (PolicyStatus.PENDING_REVIEW, PolicyStatus.NEEDS_REAPPROVAL):
+        stale = (
+            policy.status == PolicyStatus.REVIEWED and policy.reviewed_hash != version.content_hash
+        )
+        if not stale and policy.status not in (
+            PolicyStatus.PENDING_REVIEW,
+            PolicyStatus.NEEDS_REAPPROVAL,
+        ):
             raise PolicyTransitionNotAllowed(
                 f"Cannot review policy of skill {skill.name!r} for agent "
                 f"{_agent_name(policy.agent)!r}: status is {policy.status!r}.",

@@ -17,7 +17,7 @@ P, R, A, N = (
 # transition -> {source status: target status}; a missing source means "refused"
 MACHINE = {
     "content_changed": {P: P, R: P, A: P, N: P},
-    "review": {P: R, N: R},
+    "review": {P: R, R: R, N: R},
     "approve": {R: A, N: A},
     "reject": {P: P, R: P, N: P},
     "hash_mismatch": {A: N},

@@ -210,6 +210,34 @@ def test_approve_refuses_a_review_of_older_content(installed, approver_actor, ag
     assert _audit_count() == events
 
 
+def test_a_stale_review_is_redone_and_then_approves_the_new_content(
+    installed, approver_actor, agent
+):
+    # given a review of v1, then v2 installed without touching this policy
+    policy = _in_state(PolicyStatus.REVIEWED, installed, approver_actor, agent)
+    v2 = skill_install_bundle(
+        bundle=make_bundle("weather", body="# v2\n"), actor=Actor.system("x")
+    ).version
+
+    # when the policy is reviewed again
+    policy_review(policy=policy, actor=approver_actor)
+
+    # then the review covers v2 (diffed against nothing approved yet) and is audited
+    policy = _policy(installed)
+    assert (policy.status, policy.reviewed_hash) == (PolicyStatus.REVIEWED, v2.content_hash)
+    assert policy.review_facts["version"] == 2
+    event = PolicyAuditEvent.objects.order_by("-id").first()
+    assert (event.action, event.from_status, event.to_status, event.content_hash) == (
+        AuditAction.REVIEWED,
+        PolicyStatus.REVIEWED,
+        PolicyStatus.REVIEWED,
+        v2.content_hash,
+    )
+    # and the approval now goes through, for v2
+    policy_approve(policy=policy, actor=approver_actor)
+    assert _policy(installed).approved_content_hash == v2.content_hash
+
+
 @pytest.mark.parametrize(
     "state", [PolicyStatus.PENDING_REVIEW, PolicyStatus.REVIEWED, PolicyStatus.NEEDS_REAPPROVAL]
 )
