@@ -6,7 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -504,3 +507,47 @@ def test_credentials_live_for_one_call_only(session: Session) -> None:
 def test_a_heredoc_feeds_text_without_running_anything(session: Session) -> None:
     result = run(session, "bash", command="cat <<EOF | wc -l\nhello $HOME\nsecond line\nEOF\n")
     assert (result.ok, result.output) == (True, "2\n")
+
+
+NO_BWRAP_SCRIPT = """
+import json, sys
+from pathlib import Path
+from sandbox.backends import get_backend
+from sandbox.types import ExecRequest, SandboxError, SessionSpec
+try:
+    session = get_backend("bwrap").open(SessionSpec(workspace=Path(sys.argv[1])))
+    session.exec(ExecRequest(argv=["sh", "-c", "echo ran > /workspace/ran.txt"]))
+    print(json.dumps({"opened": True}))
+except SandboxError as exc:
+    print(json.dumps({"opened": False, "error": str(exc)}))
+"""
+
+
+def test_without_bubblewrap_nothing_runs_and_nothing_falls_back(ws: Path) -> None:
+    # given a worker whose view of the filesystem has no executable bwrap (a private mount
+    # namespace with /dev/null bound over it)
+    repo = Path(__file__).resolve().parents[2]
+    script = (
+        "mount --bind /dev/null /usr/bin/bwrap && exec "
+        + shlex.quote(sys.executable)
+        + " -c "
+        + shlex.quote(NO_BWRAP_SCRIPT)
+        + " "
+        + shlex.quote(str(ws))
+    )
+    # when it asks for a bwrap session and tries to run a command in it
+    worker = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # then opening failed with a SandboxError saying why, and the command ran nowhere
+    assert worker.returncode == 0, worker.stderr
+    assert json.loads(worker.stdout) == {
+        "opened": False,
+        "error": "bubblewrap (bwrap) is not installed; install the 'bubblewrap' package "
+        "(bin/setup-host does) — commands are never run unsandboxed",
+    }
+    assert not (ws / "ran.txt").exists()
