@@ -1,7 +1,8 @@
 """The consent gate (seed 000 "Consent Gating").
 
-Mutations a human must agree to — approve, reject, delete and update on skills, respond and
-approve on tasks — pass for a human principal. An agent passes only when the call declares it was
+Mutations a human must agree to — approve, reject, delete and update on skills; respond,
+approve and reject on tasks — pass for a human principal. An agent passes only when the call
+declares it was
 triggered by a user message *and* the agent is trusted to relay its user's consent
 (`Agent.trusted_for_relayed_consent`, off by default). Everything else is refused before any
 state is touched.
@@ -23,6 +24,7 @@ GATED_ACTIONS = frozenset(
         "skill.update",
         "task.respond",
         "task.approve",
+        "task.reject",
     }
 )
 

@@ -111,3 +111,34 @@ class PersonalToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.token_prefix}…)"
+
+
+#: how long a replayed Idempotency-Key returns the first response, seconds (24 h)
+IDEMPOTENCY_TTL_S = 24 * 3600
+
+
+class IdempotencyRecord(models.Model):
+    """The first response to a POST that created something, kept for replays of its key.
+
+    `scope` is the principal the key belongs to ("agent:<id>" or "user:<id>"): two callers may
+    use the same key independently. `fingerprint` is the sha256 of the request (path, agent and
+    canonical JSON body); the same key with another fingerprint is a conflict.
+    """
+
+    scope = models.CharField(max_length=64)
+    key = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    response_status = models.PositiveSmallIntegerField()
+    response_body = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["scope", "key"], name="idempotency_key_unique_per_scope"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scope}:{self.key}"

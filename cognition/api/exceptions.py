@@ -17,6 +17,15 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from cognition.errors import CognitionError
+from runs.errors import (
+    InvalidRunParams,
+    InvalidTransition,
+    LeaseLost,
+    LLMUnavailable,
+    MotorBusy,
+    RunError,
+    RunNotFound,
+)
 from skills.errors import SkillError
 
 logger = logging.getLogger(__name__)
@@ -33,6 +42,24 @@ _DRF_CODES: dict[type[exceptions.APIException], str] = {
     exceptions.UnsupportedMediaType: "unsupported_media_type",
     exceptions.Throttled: "throttled",
 }
+
+
+# The runtime's errors carry no HTTP status (runs knows nothing of the API).
+_RUN_STATUS: dict[type[RunError], int] = {
+    MotorBusy: 409,
+    InvalidRunParams: 400,
+    RunNotFound: 404,
+    InvalidTransition: 409,
+    LeaseLost: 409,
+    LLMUnavailable: 503,
+}
+
+
+def _json_safe(details: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: v if isinstance(v, str | int | float | bool | None) else str(v)
+        for k, v in details.items()
+    }
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
@@ -52,6 +79,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         if exc.http_status >= 500:
             logger.error("domain error %s: %s", exc.code, exc.message)
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.http_status)
+    if isinstance(exc, RunError):
+        code = _RUN_STATUS.get(type(exc), 400)
+        return Response(error_body(exc.code, exc.message, _json_safe(exc.details)), status=code)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):

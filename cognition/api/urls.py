@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import views
+from . import runs, views
 
 app_name = "api"
 
@@ -23,4 +23,14 @@ urlpatterns = [
     path("agents/<str:ref>/token/", views.AgentTokenView.as_view(), name="agent-token"),
     path("tokens/", views.PersonalTokenListView.as_view(), name="token-list"),
     path("tokens/<int:token_id>/", views.PersonalTokenDetailView.as_view(), name="token-detail"),
+    path("runs/", runs.RunListView.as_view(), name="run-list"),
+    path("runs/<str:run_id>/", runs.RunDetailView.as_view(), name="run-detail"),
+    path("runs/<str:run_id>/respond/", runs.RunRespondView.as_view(), name="run-respond"),
+    path("runs/<str:run_id>/cancel/", runs.RunCancelView.as_view(), name="run-cancel"),
+    path("runs/<str:run_id>/approve/", runs.RunApproveView.as_view(), name="run-approve"),
+    path("runs/<str:run_id>/reject/", runs.RunRejectView.as_view(), name="run-reject"),
+    path("runs/<str:run_id>/retry/", runs.RunRetryView.as_view(), name="run-retry"),
+    path("runs/<str:run_id>/log/", runs.RunLogView.as_view(), name="run-log"),
+    path("oneshot/", runs.OneshotView.as_view(), name="oneshot"),
+    path("tools/", runs.ToolListView.as_view(), name="tool-list"),
 ]
