@@ -330,6 +330,7 @@ def _facts_context(policy: Policy, names_set: set[str] | None) -> dict[str, Any]
         "facts_present": bool(facts),
         "facts_stale": bool(facts) and policy.reviewed_hash not in ("", current_hash),
         "suspicious": list(facts.get("suspicious") or []),
+        "spec_findings": list(facts.get("spec_findings") or []),
         "domain_rows": domain_rows,
         "credential_fact_rows": credential_rows,
         "domains_not_allowed": [r["domain"] for r in domain_rows if not r["allowed"]],

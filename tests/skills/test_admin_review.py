@@ -3,6 +3,7 @@ decisions and their audit rows. The browser flow is in test_admin_browser.py."""
 
 from __future__ import annotations
 
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -611,3 +612,30 @@ def test_a_refused_save_does_not_echo_a_typed_credential_value(
     assert SECRET not in html
     policy.refresh_from_db()
     assert selectors.policy_credential_values(policy=policy) == {}
+
+
+def test_the_review_page_lists_agent_skills_spec_findings(approver: User, tmp_path: Path) -> None:
+    # given a skill whose frontmatter carries a field the Agent Skills spec does not define
+    agent = make_agent("speccer")
+    policy = import_skill(
+        tmp_path,
+        agent=agent,
+        name="spec-check",
+        files={
+            "SKILL.md": "---\nname: spec-check\ndescription: Checks specs.\nversion: 2\n---\nBody\n"
+        },
+    )
+    # when an approver opens its review page
+    html = logged_in(approver).get(review_url(policy)).content.decode()
+    # then the stored strict report is shown, naming the field's rule and file
+    policy.refresh_from_db()
+    findings = policy.review_facts["spec_findings"]
+    assert [(f["path"], f["rule"], f["message"]) for f in findings] == [
+        (
+            "SKILL.md",
+            "spec-unknown-field",
+            "field 'version' is not part of the Agent Skills specification (kept as is)",
+        )
+    ]
+    assert 'id="spec-findings"' in html and 'id="spec-none"' not in html
+    assert "spec-unknown-field" in html and escape(findings[0]["message"]) in html
