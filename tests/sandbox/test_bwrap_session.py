@@ -609,8 +609,9 @@ def test_commands_hold_their_limits_and_cannot_change_any(
     # when a command reads its limits, tries to lower its own and the supervisor's, and starts
     # a shell that reads and tries to change them too
     outcome = py_json(session, LIMITS_PROBE)
-    # then it holds exactly the session's limits, every change is refused, the supervisor's own
-    # limits are readable by no one but itself, and the grandchild is bound the same way
+    # then it holds exactly the session's limits (soft and hard), every change of its own limits
+    # is refused, prlimit() on the supervisor is refused (to read as well as to change), and the
+    # grandchild is bound the same way
     assert outcome == {
         "nofile": [100, 100],
         "nproc": [40, 40],
