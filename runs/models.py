@@ -119,6 +119,15 @@ class MotorRun(FSMModelMixin, models.Model):
         default=list, blank=True, help_text="Names only; values never leave the vault."
     )
     workspace = models.CharField(max_length=500, blank=True, default="")
+    saved_credentials = models.TextField(
+        blank=True,
+        default="",
+        editable=False,
+        help_text=(
+            "Values the run saved with save_credential, encrypted (skills.crypto); merged into "
+            "the new skill's policy at extraction, cleared when the run ends."
+        ),
+    )
 
     status = FSMField(
         max_length=32, choices=RunStatus.choices, default=RunStatus.CREATED, protected=True

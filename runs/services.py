@@ -26,6 +26,14 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from runs.compaction import compact_messages
+from runs.credentials import (
+    intercept_save_call,
+    placeholder,
+    redact,
+    saved_values,
+    scrub_unparsable_save_call,
+    store_saved,
+)
 from runs.errors import InvalidRunParams, InvalidTransition, LeaseLost, LLMUnavailable, MotorBusy
 from runs.lease import (
     Lease,
@@ -66,6 +74,7 @@ from runs.tools import (
     ASK_USER,
     INTERRUPTED,
     REQUEST_APPROVAL,
+    SAVE_CREDENTIAL,
     SYNTHETIC_TOOLS,
     SandboxSlot,
     action_hash,
@@ -83,6 +92,8 @@ logger = logging.getLogger(__name__)
 BAILOUT_STREAK = 3
 _CREDENTIAL_NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _ACTIVE_CONSTRAINT = "motorrun_one_active_per_agent"
+#: names save_credential accepts: the skill store's credential-name rule (an env variable name)
+_SAVED_CREDENTIAL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 
 
 class RunStarted(TypedDict):
@@ -190,7 +201,12 @@ def _finish_failed(
     result = {"ok": False, "summary": partial, "stats": _stats(run, attempt), "failure": failure}
     previous = run.status
     run.fail(result=result, at=now)
-    run.save(update_fields=["status", "result", "completed_at", "lease_expires_at", "updated_at"])
+    fields = ["status", "result", "completed_at", "lease_expires_at", "updated_at"]
+    if run.current_attempt_index + 1 >= run.max_attempts:
+        # No retry can use them any more: the run keeps no credential value.
+        run.saved_credentials = ""
+        fields.append("saved_credentials")
+    run.save(update_fields=fields)
     _event(run, from_status=previous, actor=actor, category=category.value, message=message)
     _signal(
         run,
@@ -476,13 +492,14 @@ def run_step(
                     retryable=True,
                     actor=actor,
                 )
-            model, reasoning = reply.model, reply.content
-            outcome = _record_reply(lease, reply, actor=actor)
+            outcome = _record_reply(lease, reply, actor=actor, credentials=credentials)
             if outcome is not None:
                 return outcome
             with transaction.atomic():
                 run = lease_lock(lease)
                 attempt = _current_attempt(run)
+            # The stored message, with any credential value already replaced by its placeholder.
+            model, reasoning = reply.model, str(attempt.messages[-1].get("content") or "")
             pending = _pending_calls(attempt)
 
         slot = SandboxSlot(
@@ -534,7 +551,9 @@ def _call_llm(
         return llm_chat(
             client=client or _default_client(),
             messages=messages,
-            tools=offered_schemas(run.tools, synthetic=not run.review),
+            tools=offered_schemas(
+                run.tools, synthetic=not run.review, save_credential=_save_offered(run)
+            ),
             role=ModelRole.MOTOR,
         )
     except LLMUnavailable as exc:
@@ -592,17 +611,81 @@ def _fail_locked(
     return SliceOutcome.FINISHED
 
 
-def _record_reply(lease: Lease, reply: LLMReply, *, actor: str) -> SliceOutcome | None:
-    """Store the assistant message; finish the run when it asked for no tool call."""
+def _record_reply(
+    lease: Lease,
+    reply: LLMReply,
+    *,
+    actor: str,
+    credentials: Callable[[MotorRun], dict[str, str]] | None = None,
+) -> SliceOutcome | None:
+    """Store the assistant message; finish the run when it asked for no tool call.
+
+    Credential values never reach the stored message: the value of a save_credential call is
+    moved into the run's encrypted store (when its name is in scope) and replaced by its
+    placeholder, and every value the run knows is replaced wherever the model repeated it.
+    """
+    message = reply.as_message()
     with transaction.atomic():
         run = lease_lock(lease)
         attempt = _current_attempt(run)
+        known = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
+        intercepted: dict[str, str] = {}
+        for call in message.get("tool_calls") or []:
+            function = call["function"]
+            if function["name"] != SAVE_CREDENTIAL:
+                continue
+            parsed = intercept_save_call(str(function.get("arguments") or ""))
+            if parsed is None:
+                function["arguments"] = scrub_unparsable_save_call(
+                    str(function.get("arguments") or "")
+                )
+                continue
+            name, value, redacted = parsed
+            function["arguments"] = redacted
+            # Out of scope: the value is dropped here; the call is answered "denied" later.
+            if _save_offered(run) and _save_denial(run, name) is None:
+                intercepted[name] = value
+            else:
+                known.setdefault(name, value)
+        if intercepted:
+            store_saved(run, intercepted)
+            MotorRun.objects.filter(pk=run.pk).update(saved_credentials=run.saved_credentials)
+            known.update(intercepted)
         attempt.iteration += 1
-        attempt.messages = [*attempt.messages, reply.as_message()]
+        attempt.messages = [*attempt.messages, redact(message, known)]
         attempt.save(update_fields=["iteration", "messages"])
         if reply.tool_calls:
             return None
     return _finish_completed(lease, actor=actor)
+
+
+def _save_offered(run: MotorRun) -> bool:
+    """save_credential is offered to skill runs and to runs that may create a skill."""
+    return not run.review and (run.skill_id is not None or bool(run.workspace))
+
+
+def _skill_policy(run: MotorRun) -> Any:
+    from skills.models import Policy
+
+    return Policy.objects.filter(skill_id=run.skill_id, agent_id=run.agent_id).first()
+
+
+def _save_denial(run: MotorRun, name: str) -> str | None:
+    """Why `name` may not be saved by this run (seed 001 scope rules), or None when it may."""
+    if not _SAVED_CREDENTIAL_NAME.match(name):
+        return (
+            f"credential name {name!r} must be an environment variable name "
+            f"({_SAVED_CREDENTIAL_NAME.pattern})"
+        )
+    if run.skill_id is None:
+        return None  # a new skill: kept as pending until extraction
+    policy = _skill_policy(run)
+    required = list(policy.required_credentials) if policy is not None else []
+    if not required:
+        return "this skill declares no required credentials, so it may not save any"
+    if name not in required:
+        return f"{name!r} is not among this skill's required credentials ({', '.join(required)})"
+    return None
 
 
 def _final_reply(attempt: Attempt) -> str | None:
@@ -648,8 +731,17 @@ def _finish_completed(lease: Lease, *, actor: str) -> SliceOutcome:
         }
         previous = run.status
         run.complete(result=result, at=now)
+        # Extraction took what it needed; the run keeps no credential value once it is over.
+        run.saved_credentials = ""
         run.save(
-            update_fields=["status", "result", "completed_at", "lease_expires_at", "updated_at"]
+            update_fields=[
+                "status",
+                "result",
+                "completed_at",
+                "lease_expires_at",
+                "saved_credentials",
+                "updated_at",
+            ]
         )
         MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
         _event(run, from_status=previous, actor=actor)
@@ -695,9 +787,13 @@ def _extract_skills(run: MotorRun) -> dict[str, Any]:
     from skills.services import skills_extract_from_workspace
 
     try:
+        pending = saved_values(run) if run.skill_id is None else {}
         return dict(
             skills_extract_from_workspace(
-                workspace=Path(run.workspace), run_id=run.id, agent=run.agent
+                workspace=Path(run.workspace),
+                run_id=run.id,
+                agent=run.agent,
+                pending_credentials=pending or None,
             )
         )
     except SkillError as exc:
@@ -813,6 +909,10 @@ def _perform_call(
                 _complete_step(run, attempt, step, proposal)
                 return _after_result(run, attempt, name, proposal, actor=actor)
             return _pause_for_approval(run, attempt, lease, step=step, actor=actor, **proposal)
+        if name == SAVE_CREDENTIAL:
+            result = _save_credential(run, arguments or {})
+            _complete_step(run, attempt, step, result)
+            return _after_result(run, attempt, name, result, actor=actor)
         refusal = _refusal(run, name, arguments)
         if refusal is not None:
             _complete_step(run, attempt, step, refusal)
@@ -841,6 +941,56 @@ def _perform_call(
     )
 
 
+def _save_credential(run: MotorRun, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Apply a save_credential call whose value was moved to the run's store. Caller holds locks.
+
+    For a skill run the value goes into that skill policy's credential values (in this
+    transaction); for any other run it stays in the run's encrypted store until extraction.
+    """
+    if not _save_offered(run):
+        return envelope(
+            ok=False,
+            output="save_credential is only available to skill runs and runs that create a skill",
+            error_code="denied",
+        )
+    name = arguments.get("name")
+    if not isinstance(name, str) or arguments.get("value") != placeholder(name):
+        return envelope(
+            ok=False,
+            output="save_credential needs 'name' (string) and a non-empty 'value' (string)",
+            error_code="invalid_args",
+        )
+    denial = _save_denial(run, name)
+    if denial is not None:
+        return envelope(ok=False, output=f"save_credential denied: {denial}", error_code="denied")
+    values = saved_values(run)
+    if name not in values:  # pragma: no cover - the value is stored when the reply is recorded
+        return envelope(ok=False, output="the value was not received", error_code="invalid_args")
+    if run.skill_id is not None:
+        from skills.errors import SkillError
+        from skills.services import Actor, policy_update
+
+        try:
+            policy_update(
+                policy=_skill_policy(run).pk,
+                actor=Actor.system(f"run {run.id}"),
+                set_credentials={name: values[name]},
+                reason=f"saved by motor run {run.id}",
+            )
+        except SkillError as exc:
+            return envelope(ok=False, output=f"save_credential failed: {exc}", error_code="denied")
+        where = "in the skill's policy"
+    else:
+        where = "for the skill this run creates (stored when it is extracted)"
+    return envelope(
+        ok=True,
+        output=(
+            f"Saved {placeholder(name)} {where}. Use the placeholder {placeholder(name)}; "
+            f"code, bash and fetch also get it as the environment variable {name}."
+        ),
+    )
+
+
 def _execute_and_record(
     lease: Lease,
     step_id: int,
@@ -853,8 +1003,10 @@ def _execute_and_record(
 ) -> SliceOutcome | None:
     """The side effect itself (outside any transaction), then its fenced record."""
     started = time.monotonic()
-    values = (credentials or _resolve_credentials)(run_snapshot)
+    values = {**(credentials or _resolve_credentials)(run_snapshot), **saved_values(run_snapshot)}
     result = slot.execute(name=name, arguments=arguments, credentials=values)
+    # The sandbox already redacts what it was given; this also covers the file tools.
+    result = redact(result, values)
     result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
 
     with transaction.atomic():
@@ -1115,8 +1267,10 @@ def run_cancel(*, run_id: str, actor: str, reason: str = "cancelled by request")
         # A new token fences any slice still working on the run: its next write is refused.
         run.lease_token += 1
         run.lease_owner = ""
+        run.saved_credentials = ""
         run.save(
             update_fields=[
+                "saved_credentials",
                 "status",
                 "result",
                 "completed_at",

@@ -59,7 +59,36 @@ REQUEST_APPROVAL_SCHEMA: dict[str, Any] = {
     },
 }
 
-SYNTHETIC_TOOLS: tuple[str, ...] = (ASK_USER, REQUEST_APPROVAL)
+SAVE_CREDENTIAL = "save_credential"
+
+SAVE_CREDENTIAL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": SAVE_CREDENTIAL,
+        "description": (
+            "Store a secret you obtained during the task (an API key from a signup page, a "
+            "password you created) so that later runs of this skill can use it. The value is "
+            "kept encrypted and never shown again: afterwards refer to it only as "
+            "<credential:NAME>; it is also available to code, bash and fetch as the environment "
+            "variable NAME. For a loaded skill, only the names in its required credentials may "
+            "be saved."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "description": "Credential name: lower-case letters, digits and _.",
+                },
+                "value": {"type": "string", "description": "The secret value."},
+            },
+            "required": ["name", "value"],
+            "additionalProperties": False,
+        },
+    },
+}
+
+SYNTHETIC_TOOLS: tuple[str, ...] = (ASK_USER, REQUEST_APPROVAL, SAVE_CREDENTIAL)
 
 
 def action_hash(tool: str, arguments: dict[str, Any]) -> str:
@@ -96,8 +125,14 @@ def expand_granted(names: Sequence[str]) -> list[str]:
         raise InvalidRunParams(f"tools: {exc}", field="tools") from exc
 
 
-def offered_schemas(granted: Sequence[str], *, synthetic: bool = True) -> list[dict[str, Any]]:
-    """Function schemas offered to the LLM: the granted tools only, then the host-side ones."""
+def offered_schemas(
+    granted: Sequence[str], *, synthetic: bool = True, save_credential: bool = False
+) -> list[dict[str, Any]]:
+    """Function schemas offered to the LLM: the granted tools only, then the host-side ones.
+
+    `save_credential` is offered only where a saved value has somewhere to go (a skill run, or a
+    run whose workspace may become a skill) — never to review runs (`synthetic=False`).
+    """
     schemas: list[dict[str, Any]] = []
     if granted:
         import sandbox.tools as sandbox_tools
@@ -105,6 +140,8 @@ def offered_schemas(granted: Sequence[str], *, synthetic: bool = True) -> list[d
         schemas.extend(sandbox_tools.tool_schemas(granted))
     if synthetic:
         schemas.extend([ASK_USER_SCHEMA, REQUEST_APPROVAL_SCHEMA])
+        if save_credential:
+            schemas.append(SAVE_CREDENTIAL_SCHEMA)
     return schemas
 
 

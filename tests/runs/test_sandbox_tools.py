@@ -44,6 +44,7 @@ def test_only_the_granted_tools_schemas_are_offered_and_they_run_in_the_sandbox(
         "grep",
         "ask_user",
         "request_approval",
+        "save_credential",
     ]
     assert (
         "Granted tools: read, write, edit, list, glob, grep"
