@@ -88,7 +88,7 @@ class RunCreatedSerializer(serializers.Serializer):
 
 class RunListItemSerializer(serializers.Serializer):
     id = serializers.CharField()
-    status = serializers.ChoiceField(choices=RunStatus.choices)
+    status = serializers.CharField(help_text="Run status: " + " | ".join(RunStatus.values))
     task = serializers.CharField()
     skill = serializers.CharField(allow_null=True)
     trigger = serializers.CharField()
@@ -107,7 +107,7 @@ class RunPageSerializer(serializers.Serializer):
 
 class RunDetailSerializer(serializers.Serializer):
     id = serializers.CharField()
-    status = serializers.ChoiceField(choices=RunStatus.choices)
+    status = serializers.CharField(help_text="Run status: " + " | ".join(RunStatus.values))
     task = serializers.CharField()
     skill = serializers.CharField(allow_null=True)
     review = serializers.BooleanField()

@@ -19,13 +19,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from cognition import energy
-from cognition.consent import TRIGGER_HEADER, USER_MESSAGE, consent_check
+from cognition import core, energy
+from cognition.consent import TRIGGER_HEADER, USER_MESSAGE
 from cognition.errors import (
     AgentNotFound,
     HumanRequired,
     NotAnAgent,
-    SkillShared,
     TokenNotFound,
 )
 from cognition.models import Agent, PersonalToken
@@ -45,18 +44,12 @@ from cognition.services import (
     personal_token_revoke,
 )
 from cognition.vault import normalize_name
-from skills import bundle as bundle_lib
-from skills.errors import SkillNotFound
 from skills.models import Policy, PolicyStatus
-from skills.selectors import policy_detail
 from skills.services import (
     Actor,
     policy_approve,
     policy_reject,
-    policy_review,
     policy_update,
-    skill_delete,
-    skill_import_pasted,
 )
 
 from .authentication import BearerAuthentication, PrincipalSessionAuthentication
@@ -134,50 +127,22 @@ class PrincipalAPIView(APIView):
         return agent_for_human(user=principal.user, ref=ref)
 
     def actor(self, request: Request, *, relayed: bool = False) -> Actor:
-        principal = self.principal(request)
-        if principal.agent is None:
-            return Actor(user=principal.user, label=principal.label)  # type: ignore[arg-type]
-        if relayed:
-            # Passed the consent gate: the agent relays its owner's consent, so the owner's
-            # rights (e.g. approve permission) apply and the audit says who relayed it.
-            owner = principal.user
-            return Actor(user=owner, label=f"{principal.label} relaying {owner.get_username()}")
-        return Actor(user=None, label=principal.label)
+        return core.skill_actor(self.principal(request), relayed=relayed)
 
     def gate(self, request: Request, action: str) -> Actor:
-        consent_check(
+        return core.gate(
             principal=self.principal(request),
             action=action,
             trigger=request.headers.get(TRIGGER_HEADER),
         )
-        return self.actor(request, relayed=True)
 
     def policy(self, request: Request, name: str) -> Policy:
         """The scope agent's policy for skill `name`; 404 whether the skill or policy is absent."""
-        agent = self.scope_agent(request)
-        if not SKILL_NAME_RE.fullmatch(name):
-            # Not a name any skill can have (and, with NUL, not one PostgreSQL can compare).
-            raise SkillNotFound(
-                f"No skill named {name[:80]!r} for agent {agent.name!r}.",
-                details={"name": name[:80]},
-            )
-        policy = (
-            Policy.objects.select_related("skill", "skill__current_version", "agent", "approved_by")
-            .filter(skill__name=name, agent=agent)
-            .first()
-        )
-        if policy is None:
-            raise SkillNotFound(
-                f"No skill named {name!r} for agent {agent.name!r}.", details={"name": name}
-            )
-        return policy
+        return core.skill_policy(agent=self.scope_agent(request), name=name)
 
 
 def _detail(policy: Policy) -> dict[str, Any]:
-    policy = Policy.objects.select_related(
-        "skill", "skill__current_version", "agent", "approved_by", "approved_version"
-    ).get(pk=policy.pk)
-    return {**policy_detail(policy=policy), "description": policy.skill.description}
+    return core.skill_detail(policy=policy)
 
 
 # --- skills ----------------------------------------------------------------------------------
@@ -227,40 +192,10 @@ class SkillListView(PrincipalAPIView):
         agent = self.scope_agent(request)
         body = SkillImportSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        self._refuse_foreign_name(request, body.validated_data["skill_md"])
-        result = skill_import_pasted(
-            text=body.validated_data["skill_md"],
-            actor=self.actor(request),
-            agent=agent,
-            source="api",
+        policy = core.skill_import_for(
+            principal=self.principal(request), agent=agent, text=body.validated_data["skill_md"]
         )
-        assert result.policy is not None  # an import with an agent always has its policy
-        return Response(_detail(result.policy), status=status.HTTP_201_CREATED)
-
-    def _refuse_foreign_name(self, request: Request, text: str) -> None:
-        """Refuse new content for a skill that agents outside the caller's reach hold.
-
-        Skills are shared by name; new content for one resets only the importer's policy but
-        becomes everyone's current version. Letting one agent (or a human who does not own the
-        others) put content under another agent's approved skill would invite that agent's
-        human to approve text it never wrote, so only the admin may do that.
-        """
-        try:
-            name = bundle_lib.bundle_from_pasted(text).name
-        except bundle_lib.BundleError:
-            return  # the import service reports every problem of the text
-        holders = Policy.objects.filter(skill__name=name)
-        principal = self.principal(request)
-        if principal.agent is not None:
-            holders = holders.exclude(agent=principal.agent)
-        else:
-            holders = holders.exclude(agent__in=agents_visible_to(user=principal.user))
-        if holders.exists():
-            raise SkillShared(
-                f"A skill named {name!r} is already used by other agents; pick another name, "
-                "or have an administrator import the new version in the admin.",
-                details={"name": name},
-            )
+        return Response(_detail(policy), status=status.HTTP_201_CREATED)
 
 
 class SkillDetailView(PrincipalAPIView):
@@ -287,17 +222,7 @@ class SkillDetailView(PrincipalAPIView):
     def delete(self, request: Request, name: str) -> Response:
         policy = self.policy(request, name)
         actor = self.gate(request, "skill.delete")
-        principal = self.principal(request)
-        others = Policy.objects.filter(skill=policy.skill).exclude(agent=policy.agent)
-        if principal.agent is None:
-            others = others.exclude(agent__in=agents_visible_to(user=principal.user))
-        if others.exists():
-            raise SkillShared(
-                f"Skill {name!r} is also used by other agents; only a superuser or the admin "
-                "can delete it for everyone.",
-                details={"name": name},
-            )
-        skill_delete(skill=policy.skill, actor=actor, reason="deleted through the API")
+        core.skill_delete_for(principal=self.principal(request), policy=policy, actor=actor)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -314,17 +239,7 @@ class SkillReviewView(PrincipalAPIView):
     )
     def get(self, request: Request, name: str) -> Response:
         policy = self.policy(request, name)
-        if policy.status in (PolicyStatus.PENDING_REVIEW, PolicyStatus.NEEDS_REAPPROVAL):
-            policy = policy_review(policy=policy, actor=self.actor(request))
-        return Response(
-            {
-                "skill": policy.skill.name,
-                "status": policy.status,
-                "reviewed_hash": policy.reviewed_hash,
-                "reviewed_at": policy.reviewed_at.isoformat() if policy.reviewed_at else None,
-                "facts": policy.review_facts,
-            }
-        )
+        return Response(core.skill_review_facts(principal=self.principal(request), policy=policy))
 
 
 class SkillApproveView(PrincipalAPIView):
