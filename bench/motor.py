@@ -888,26 +888,27 @@ def main() -> int:
     agents = 30 if args.quick else args.agents
     print("bench/motor.py: measuring (several minutes)", file=sys.stderr)
 
-    out: list[str] = []
+    def show(lines: list[str]) -> None:
+        # each part is printed as soon as it is measured, so a later failure loses nothing
+        print("\n".join(["", *lines]), flush=True)
+
     try:
         with environment(args.redis_db) as env:
             if "1" in parts:
-                out += part1(env, args.iterations, repeats) + [""]
+                show(part1(env, args.iterations, repeats))
             if "2" in parts:
-                out += part2(env, 10 if args.quick else 30) + [""]
+                show(part2(env, 10 if args.quick else 30))
             if "3" in parts:
-                out += part3(env, 8, 20) + [""]
+                show(part3(env, 8, 20))
             if "4" in parts:
                 configs = [c.strip() for c in args.pools.split(",") if c.strip()]
-                out += part4(env, configs, agents, 10, args.delay) + [""]
+                show(part4(env, configs, agents, 10, args.delay))
     except KeyboardInterrupt:
         print("interrupted; cleaned up", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - the environment itself could not be set up
         print(f"bench/motor.py cannot run here: {reason_of(exc)}", file=sys.stderr)
         return 1
-    print()
-    print("\n".join(out))
     return 0
 
 
