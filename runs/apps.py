@@ -6,3 +6,7 @@ from django.apps import AppConfig
 class RunsConfig(AppConfig):
     name = "runs"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Connects the Celery signal handlers (worker start-up re-emission of questions).
+        from runs import signals  # noqa: F401

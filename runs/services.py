@@ -69,6 +69,7 @@ from runs.models import (
 )
 from runs.mutex import mutex_hold, mutex_release, mutex_reserve
 from runs.prompts import build_system_prompt
+from runs.sessions import CallWatch, open_run_sessions, run_session_close
 from runs.tasks import run_step_task
 from runs.tools import (
     ASK_USER,
@@ -427,12 +428,44 @@ def run_step(
     the chain of slices.
     """
     owner = owner or default_owner()
+    _close_sessions_of_finished_runs()
     lease = lease_claim(
         run_id=run_id, owner=owner, expected_token=expected_token
     ) or lease_take_over_from_dead(run_id=run_id, owner=owner, expected_token=expected_token)
     if lease is None:
         exists = MotorRun.objects.filter(pk=run_id).exists()
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
+    outcome: SliceOutcome | None = None
+    try:
+        outcome = _run_slice(
+            lease, run_id=run_id, owner=owner, client=client, credentials=credentials
+        )
+        return outcome
+    finally:
+        # The session stays warm while the run goes on (or waits for an answer); it ends with
+        # the run, when this slice lost the lease, and when the slice failed unexpectedly.
+        if outcome not in (SliceOutcome.CONTINUED, SliceOutcome.PAUSED):
+            run_session_close(run_id)
+
+
+def _close_sessions_of_finished_runs() -> None:
+    """Close this process's sessions of runs that ended elsewhere (cancelled, timed out)."""
+    open_ids = open_run_sessions()
+    if not open_ids:
+        return
+    ended = MotorRun.objects.filter(pk__in=open_ids).exclude(status__in=ACTIVE_STATUSES)
+    for ended_id in ended.values_list("id", flat=True):
+        run_session_close(ended_id)
+
+
+def _run_slice(
+    lease: Lease,
+    *,
+    run_id: str,
+    owner: str,
+    client: openai.OpenAI | None,
+    credentials: Callable[[MotorRun], dict[str, str]] | None,
+) -> SliceOutcome:
     actor = f"worker:{owner}"
     slot: SandboxSlot | None = None
     try:
@@ -1004,7 +1037,9 @@ def _execute_and_record(
     """The side effect itself (outside any transaction), then its fenced record."""
     started = time.monotonic()
     values = {**(credentials or _resolve_credentials)(run_snapshot), **saved_values(run_snapshot)}
-    result = slot.execute(name=name, arguments=arguments, credentials=values)
+    # A cancel (or any newer claim) moves the token; the watch then kills the running call.
+    with CallWatch(run_id=lease.run_id, token=lease.token):
+        result = slot.execute(name=name, arguments=arguments, credentials=values)
     # The sandbox already redacts what it was given; this also covers the file tools.
     result = redact(result, values)
     result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
@@ -1281,8 +1316,11 @@ def run_cancel(*, run_id: str, actor: str, reason: str = "cancelled by request")
             ]
         )
         _event(run, from_status=previous, actor=actor, reason=reason)
-        agent_id = run.agent_id
+        agent_id, token = run.agent_id, run.lease_token
         transaction.on_commit(lambda: mutex_release(agent_id=agent_id, run_id=run_id))
+        # A slice in progress is killed by its call watch; an idle run's session is closed by the
+        # worker that takes this message (or by the idle timeout in any other process).
+        transaction.on_commit(lambda: _enqueue_step(run_id, token))
     return {"run_id": run_id, "previous_status": previous, "new_status": run.status}
 
 

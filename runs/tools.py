@@ -9,10 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
-
-from django.conf import settings
 
 from runs.errors import InvalidRunParams
 
@@ -187,10 +184,11 @@ def tool_message_content(result: dict[str, Any]) -> str:
 
 
 class SandboxSlot:
-    """Opens the run's sandbox session on first use and closes it when the slice ends.
+    """The run's sandbox session as one slice sees it: taken from this process's registry of
+    run sessions (`runs.sessions`) on first use, so it stays warm across the run's slices.
 
     A session that cannot be opened fails the call with `sandbox_error`; nothing ever runs
-    outside a sandbox.
+    outside a sandbox. `close()` only lets go of it; `runs.sessions.run_session_close` ends it.
     """
 
     def __init__(self, *, run_id: str, workspace: str, allowed_domains: Sequence[str]) -> None:
@@ -200,20 +198,11 @@ class SandboxSlot:
         self._session: Any = None
 
     def _open(self) -> Any:
-        if self._session is None:
-            from sandbox.backends import get_backend
-            from sandbox.types import NetworkPolicy, SessionSpec
+        if self._session is None or self._session.closed:
+            from runs.sessions import run_session_get
 
-            backend = get_backend(
-                settings.SANDBOX_BACKEND,
-                allow_local=bool(getattr(settings, "SANDBOX_ALLOW_LOCAL", False)),
-            )
-            self._session = backend.open(
-                SessionSpec(
-                    workspace=Path(self.workspace),
-                    network=NetworkPolicy(allowed_domains=self.allowed_domains),
-                    session_id=self.run_id,
-                )
+            self._session = run_session_get(
+                run_id=self.run_id, workspace=self.workspace, allowed_domains=self.allowed_domains
             )
         return self._session
 
@@ -252,8 +241,5 @@ class SandboxSlot:
         )
 
     def close(self) -> None:
-        if self._session is not None:
-            try:
-                self._session.close()
-            finally:
-                self._session = None
+        """Let go of the session; it stays open in the registry for the run's next slice."""
+        self._session = None

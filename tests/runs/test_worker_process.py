@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from runs.models import MotorRun, RunStatus, Signal, Step
-from runs.services import run_respond, run_start
+from runs.models import Attempt, MotorRun, RunStatus, Signal, Step
+from runs.mutex import mutex_key, redis_client
+from runs.services import run_cancel, run_respond, run_start
 from tests.fixtures.llm import LLMStubServer, reply_text, reply_tools, tool_call
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -32,47 +33,66 @@ def _database_url() -> str:
 
 
 @pytest.fixture
-def worker(llm_stub_server: LLMStubServer, tmp_path: Path) -> Iterator[subprocess.Popen]:
-    """One Celery worker (prefork, one child) on the test database and the stub LLM."""
-    env = {
-        **os.environ,
-        "DATABASE_URL": _database_url(),
-        "LLM_BASE_URL": llm_stub_server.base_url,
-        "LLM_API_KEY": "stub",
-        "CELERY_TASK_ALWAYS_EAGER": "false",
-    }
-    log = (tmp_path / "worker.log").open("w")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "--pool=prefork",
-            "--concurrency=1",
-            "--loglevel=INFO",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+def start_worker(
+    llm_stub_server: LLMStubServer, tmp_path: Path
+) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Start Celery workers (prefork, one child each) on the test database and the stub LLM.
+
+    Keyword arguments become extra environment variables of the worker.
+    """
+    started: list[tuple[subprocess.Popen, object]] = []
+
+    def start(**extra_env: str) -> subprocess.Popen:
+        env = {
+            **os.environ,
+            "DATABASE_URL": _database_url(),
+            "LLM_BASE_URL": llm_stub_server.base_url,
+            "LLM_API_KEY": "stub",
+            "CELERY_TASK_ALWAYS_EAGER": "false",
+            **extra_env,
+        }
+        log = (tmp_path / f"worker{len(started)}.log").open("w")
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "config",
+                "worker",
+                "--pool=prefork",
+                "--concurrency=1",
+                "--loglevel=INFO",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        started.append((process, log))
+        return process
+
     try:
-        yield process
+        yield start
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-        log.close()
+        for process, log in started:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            log.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def worker(start_worker: Callable[..., subprocess.Popen]) -> subprocess.Popen:
+    """One Celery worker process with the default environment."""
+    return start_worker()
 
 
 def _wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 90.0) -> None:
@@ -189,3 +209,92 @@ def test_sigkill_of_the_worker_during_the_llm_call_asks_again_and_runs_the_call_
     assert len(llm_stub_server.requests) == 3
     step = Step.objects.get(attempt__run_id=run_id)
     assert (step.state, step.result["ok"], step.reasoning) == ("done", True, "again")
+
+
+def _descendants(root: int) -> list[int]:
+    """Live (not zombie) processes below `root`, found through the parent pids in /proc."""
+    parents: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if stat[0] not in (b"Z", b"X"):
+            parents[int(name)] = int(stat[1])
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found.extend(children)
+        frontier.extend(children)
+    return found
+
+
+def _sandbox_processes(worker: subprocess.Popen) -> list[int]:
+    """bwrap and everything under it, among the worker's descendants."""
+    sandboxed: list[int] = []
+    for pid in _descendants(worker.pid):
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if argv0.endswith(b"bwrap"):
+            sandboxed.extend([pid, *_descendants(pid)])
+    return sandboxed
+
+
+def test_cancel_during_a_long_code_call_kills_it_and_frees_the_agent(
+    agent, llm_stub_server, worker, tmp_path
+):
+    # given a run (network granted, so `code` may run 30 s) whose call sleeps 30 s
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    program = (
+        "import time\nopen('started', 'w').write('x')\ntime.sleep(30)\n"
+        "open('finished', 'w').write('x')\n"
+    )
+    llm_stub_server.add(reply_tools(tool_call("code", {"code": program}, call_id="c")))
+    run_id = run_start(
+        agent_id=agent.pk,
+        task="Wait",
+        tools=["code"],
+        allowed_domains=["example.com"],
+        workspace=str(workspace),
+        actor="t",
+    )["run_id"]
+    _wait_for(lambda: (workspace / "started").exists(), "the call to start")
+    assert _sandbox_processes(worker) != []
+    # when the run is cancelled while the call runs
+    run_cancel(run_id=run_id, actor="t")
+    # then the worker kills the call: no sandbox process is left, long before the sleep ends
+    _wait_for(lambda: _sandbox_processes(worker) == [], "the sandbox to die", timeout_s=15)
+    assert not (workspace / "finished").exists()
+    # and the run is cancelled with its call never recorded, and the mutex is free
+    assert _status(run_id) == RunStatus.CANCELLED
+    step = Step.objects.get(attempt__run_id=run_id)
+    assert (step.state, step.result) == ("intent", None)
+    assert redis_client().get(mutex_key(agent.pk)) is None
+    # and the same agent can start again at once, served by the same worker
+    llm_stub_server.add(reply_text("Next."))
+    next_id = run_start(agent_id=agent.pk, task="Next", actor="t")["run_id"]
+    _wait_for(lambda: _status(next_id) == RunStatus.COMPLETED, "the next run")
+    assert worker.poll() is None
+
+
+def test_a_worker_start_re_signals_runs_awaiting_input(agent, start_worker):
+    # given a run that waits for an answer, signalled once before any worker was up
+    run_id = run_start(agent_id=agent.pk, task="Ask", actor="t")["run_id"]
+    MotorRun.objects.filter(pk=run_id).update(status=RunStatus.AWAITING_INPUT)
+    Attempt.objects.filter(run_id=run_id).update(
+        status="awaiting_input", pending_question="Which size?", pending_tool_call_id="q"
+    )
+    # when a worker starts
+    start_worker()
+    # then it re-emits the question once
+    _wait_for(lambda: Signal.objects.filter(run_id=run_id).exists(), "the re-emitted signal")
+    time.sleep(2)  # let a duplicate (if any) arrive before counting
+    payloads = list(Signal.objects.filter(run_id=run_id).values_list("payload", flat=True))
+    assert payloads == [{"run_id": run_id, "status": "awaiting_input", "question": "Which size?"}]

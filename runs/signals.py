@@ -1,0 +1,25 @@
+"""Celery signal handlers of the runtime (connected in RunsConfig.ready)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.signals import worker_ready
+
+logger = logging.getLogger(__name__)
+
+
+@worker_ready.connect(dispatch_uid="runs.reemit_pending_questions_on_worker_ready")
+def reemit_pending_questions_on_worker_ready(sender: Any = None, **_: Any) -> None:
+    """Once per worker start: queue the re-signalling of runs still waiting for an answer.
+
+    Queued rather than run here, so a slow database never delays the worker's readiness, and so
+    it runs under the worker's normal task handling (retries, logging).
+    """
+    from runs.tasks import run_reemit_pending_questions_task
+
+    try:
+        run_reemit_pending_questions_task.apply_async()
+    except Exception:  # noqa: BLE001 - a broker hiccup must not stop the worker from starting
+        logger.exception("could not queue the re-emission of pending questions")
