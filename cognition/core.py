@@ -76,11 +76,18 @@ from skills.services import (
 
 from . import energy
 from .consent import consent_check
-from .errors import CognitionError, ConsentRequired, CredentialInvalid, SkillShared
+from .errors import (
+    CognitionError,
+    ConsentRequired,
+    CredentialInvalid,
+    CredentialsMissing,
+    SkillShared,
+)
 from .models import Agent, Credential
 from .principals import Principal
 from .selectors import agents_visible_to, credential_list_names, credentials_resolve
 from .services import credential_delete, credential_set
+from .vault import normalize_name as vault_name
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +171,8 @@ def _lowercase_map(names: Sequence[str]) -> dict[str, str]:
 def run_credentials_resolve(*, agent_id: int, names: list[str]) -> dict[str, str]:
     """MOTOR_CREDENTIAL_RESOLVER: values for a run's (lowercase) credential names.
 
-    The calling run is the agent's active run (one per agent); when it runs an approved skill,
+    Never raises for a missing value: that name is left out. The calling run is the agent's
+    active run (one per agent); when it runs an approved skill,
     the policy's stored values come first, then the vault. Each value is returned under the
     run's name and under the original (vault/policy) spelling.
     """
@@ -183,11 +191,22 @@ def run_credentials_resolve(*, agent_id: int, names: list[str]) -> dict[str, str
         known += list(policy.required_credentials)
     by_lower = {n.lower(): n for n in known}
     originals = [by_lower.get(n.lower(), n) for n in names]
-    values = credentials_resolve(agent=agent, names=originals, policy=policy)
+    try:
+        values = credentials_resolve(agent=agent, names=originals, policy=policy)
+    except CredentialsMissing as exc:
+        # Deleted since the run started: deliver the rest; a placeholder of a missing one fails
+        # that call as data (unknown credential) instead of crashing the slice.
+        logger.warning(
+            "run credentials missing: agent=%s names=%s", agent.name, ",".join(exc.names)
+        )
+        present = [n for n in originals if vault_name(n) not in exc.names]
+        values = credentials_resolve(agent=agent, names=present, policy=policy)
     out: dict[str, str] = {}
     for run_name, original in zip(names, originals, strict=True):
-        out[run_name] = values[original]
-        out[original] = values[original]
+        value = values.get(vault_name(original))
+        if value is not None:
+            out[run_name] = value
+            out[original] = value
     return out
 
 

@@ -199,7 +199,9 @@ MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS = env.int("MOTOR_AWAITING_INPUT_TIMEOUT_SEC
 # seconds an approval request stays valid
 MOTOR_APPROVAL_TTL_SECONDS = env.int("MOTOR_APPROVAL_TTL_SECONDS", default=900)
 # dotted path of resolver(*, agent_id, names) -> {name: value} handing credentials to tool calls
-MOTOR_CREDENTIAL_RESOLVER = env.str("MOTOR_CREDENTIAL_RESOLVER", default="")
+MOTOR_CREDENTIAL_RESOLVER = (
+    env.str("MOTOR_CREDENTIAL_RESOLVER", default="") or "cognition.core.run_credentials_resolve"
+)
 # extract skills from a run's workspace after it completes
 MOTOR_EXTRACT_SKILLS = env.bool("MOTOR_EXTRACT_SKILLS", default=True)
 # Celery queue for run slices (empty: the default queue)

@@ -13,9 +13,12 @@ from cognition.models import Agent
 from cognition.principals import Principal
 from cognition.services import credential_set
 from runs.errors import InvalidRunParams, MotorBusy
-from runs.models import MotorRun
+from runs.models import MotorRun, Step
 from runs.services import run_start
 from skills.models import PolicyStatus
+from skills.services import Actor, policy_update
+from tests.fixtures.llm import reply_text, reply_tools, tool_call
+from tests.runs.helpers import drive
 
 from .conftest import World
 from .core_support import (  # noqa: F401 - fixtures
@@ -223,3 +226,29 @@ def test_oneshot_refuses_tools_and_a_long_timeout_without_draining(world):
                 **kwargs,
             )
     assert _energy(world.alpha) == 1.0
+
+
+def test_a_skill_run_uses_its_credential_under_the_vault_spelling(
+    world, workspaces, tmp_path, settings, scripted_llm
+):
+    # given an approved skill, its token in the skill policy and another value in the vault
+    settings.MOTOR_CREDENTIAL_RESOLVER = "cognition.core.run_credentials_resolve"
+    policy = skill_in_status(
+        tmp_path / "src", agent=world.alpha, approver=world.olivia, status="approved"
+    )
+    policy_update(
+        policy=policy,
+        actor=Actor.system("test"),
+        set_credentials={"WEATHER_TOKEN": "from-the-policy-9876"},
+    )
+    credential_set(agent=world.alpha, name="WEATHER_TOKEN", value="from-the-vault-1234", actor="t")
+    run_id = _act(world, skill="weather-report", domains=[])["run_id"]
+    program = "import os\nprint(len(os.environ['WEATHER_TOKEN']), os.environ['weather_token'])\n"
+    scripted_llm.add(reply_tools(tool_call("code", {"code": program})), reply_text("done"))
+    # when the run's code reads the variable
+    drive(run_id, scripted_llm.client())
+    # then it saw the policy's value (priority over the vault) and only the placeholder came back
+    step = Step.objects.get(attempt__run_id=run_id)
+    assert step.result["ok"] is True, step.result
+    assert step.result["output"].strip().startswith(f"{len('from-the-policy-9876')} <credential:")
+    assert "from-the-policy-9876" not in repr(scripted_llm.requests)
