@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import secrets
 import shutil
 from collections.abc import Callable, Sequence
@@ -96,6 +97,8 @@ MODES = ("oneshot", "agentic")
 TASK_ACTIONS = ("list", "status", "cancel", "respond", "approve", "reject", "log", "retry")
 SKILL_ACTIONS = ("list", "review", "approve", "reject", "update", "delete", "import")
 CREDENTIAL_ACTIONS = ("set", "delete", "list")
+# The install rule of skill names (skills.models.Skill's constraint), at most 64 characters.
+_SKILL_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,62}[a-z0-9])?")
 #: most runs core.task list returns at once (seed 001 `limit`)
 TASK_LIST_MAX = 100
 
@@ -221,6 +224,17 @@ def _str_list(field: str, value: Any) -> list[str] | None:
     return list(value)
 
 
+def _require_storable(**values: Any) -> None:
+    """Refuse strings PostgreSQL cannot store (NUL, lone surrogates) before anything happens."""
+    for field, value in values.items():
+        where = bundle_lib.unstorable_text(value, field)
+        if where is not None:
+            raise InvalidRunParams(
+                f"{field}: {where} holds a NUL or an unpaired surrogate character",
+                field=field,
+            )
+
+
 def _refuse(message: str, **details: Any) -> ActRefused:
     return ActRefused(message, details=details)
 
@@ -252,6 +266,9 @@ def core_act(
     """
     if mode not in MODES:
         raise InvalidRunParams(f"mode: {mode!r} is not one of oneshot, agentic", field="mode")
+    _require_storable(
+        task=task, skill=skill, tools=tools, domains=domains, inputs=inputs, trigger=trigger
+    )
     if mode == "oneshot":
         return _core_oneshot(agent=agent, task=task, timeout_s=timeout_s, tools=tools, skill=skill)
     return _core_agentic(
@@ -365,6 +382,10 @@ def _core_agentic(
     allowed_domains: list[str] = list(domains or [])
     if skill:
         # Outside any transaction: a hash-mismatch demotion must commit before the refusal.
+        if not isinstance(skill, str) or not _SKILL_NAME.fullmatch(skill):
+            raise SkillNotFound(
+                f"No skill named {str(skill)[:80]!r}.", details={"name": str(skill)[:80]}
+            )
         loaded = skill_load_for_execution(name=skill, agent=agent, actor=skill_actor(principal))
         policy = loaded.policy
         if skill_review:
@@ -549,6 +570,7 @@ def core_task(
         changed = run_retry(run_id=run.pk, guidance=guidance, actor=actor_label(principal))
         run.refresh_from_db()
         return {**changed, "attempt_index": run.current_attempt_index}
+    _require_storable(answer=answer, note=note, guidance=guidance)
     gated = {"respond": "task.respond", "approve": "task.approve", "reject": "task.reject"}
     consent_check(principal=principal, action=gated[action], trigger=trigger)
     label = actor_label(principal, relayed=True)
@@ -582,9 +604,7 @@ def core_task(
 
 def skill_policy(*, agent: Agent, name: Any) -> Policy:
     """The agent's policy for skill `name`; 404 whether the skill or the policy is absent."""
-    import re
-
-    if not isinstance(name, str) or not re.fullmatch(r"[a-z](?:[a-z0-9-]{0,62}[a-z0-9])?", name):
+    if not isinstance(name, str) or not _SKILL_NAME.fullmatch(name):
         shown = str(name)[:80]
         raise SkillNotFound(
             f"No skill named {shown!r} for agent {agent.name!r}.", details={"name": shown}

@@ -327,3 +327,31 @@ def test_finished_run_completes_and_is_listed(world, workspaces, scripted_llm):
         1,
         ["read"],
     )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {**BODY, "task": "bad\x00task"},
+        {**BODY, "inputs": {"city": "Ber\x00lin"}},
+        {**BODY, "skill": "no\x00such"},
+    ],
+)
+def test_text_postgresql_cannot_store_is_a_400_and_creates_nothing(world, workspaces, body):
+    response = bearer(world.alpha_token).post("/api/v1/runs/", body, format="json")
+    assert response.status_code in (400, 404)
+    assert set(response.json()["error"]) == {"code", "message", "details"}
+    assert MotorRun.objects.count() == 0
+    assert _energy(world.alpha) == 1.0
+
+
+def test_an_answer_with_nul_is_refused_and_changes_nothing(
+    world, workspaces, scripted_llm, session_client
+):
+    run_id = _awaiting_input(world, scripted_llm)
+    before = snapshot(run_id)
+    response = session_client(world.olivia).post(
+        f"/api/v1/runs/{run_id}/respond/", {"answer": "do\x00cs"}, format="json"
+    )
+    assert response.status_code == 400
+    assert snapshot(run_id) == before
