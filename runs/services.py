@@ -26,6 +26,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from runs.compaction import compact_messages
+from runs.crashpoints import crash_point
 from runs.credentials import (
     intercept_save_call,
     placeholder,
@@ -847,6 +848,7 @@ def _perform_call(
     reasoning: str,
 ) -> SliceOutcome | None:
     """Run one requested tool call under the intent → done protocol. None means "go on"."""
+    crash_point("before_step")
     name = str(call["function"]["name"])
     raw_arguments = str(call["function"].get("arguments") or "{}")
     arguments = parse_arguments(raw_arguments)
@@ -1035,6 +1037,7 @@ def _execute_and_record(
     actor: str,
 ) -> SliceOutcome | None:
     """The side effect itself (outside any transaction), then its fenced record."""
+    crash_point("after_intent")
     started = time.monotonic()
     values = {**(credentials or _resolve_credentials)(run_snapshot), **saved_values(run_snapshot)}
     # A cancel (or any newer claim) moves the token; the watch then kills the running call.
@@ -1043,13 +1046,16 @@ def _execute_and_record(
     # The sandbox already redacts what it was given; this also covers the file tools.
     result = redact(result, values)
     result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
+    crash_point("after_execution")
 
     with transaction.atomic():
         run = lease_lock(lease)
         attempt = _current_attempt(run)
         step = Step.objects.select_for_update().get(pk=step_id)
         _complete_step(run, attempt, step, result)
-        return _after_result(run, attempt, name, result, actor=actor)
+        outcome = _after_result(run, attempt, name, result, actor=actor)
+    crash_point("after_commit")
+    return outcome
 
 
 def _is_sandbox_call(run: MotorRun, name: str, arguments: dict[str, Any] | None) -> bool:

@@ -298,3 +298,62 @@ def test_a_worker_start_re_signals_runs_awaiting_input(agent, start_worker):
     time.sleep(2)  # let a duplicate (if any) arrive before counting
     payloads = list(Signal.objects.filter(run_id=run_id).values_list("payload", flat=True))
     assert payloads == [{"run_id": run_id, "status": "awaiting_input", "question": "Which size?"}]
+
+
+def _pool_children(worker: subprocess.Popen) -> set[int]:
+    """The worker's pool processes (its direct children)."""
+    children: set[int] = set()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == worker.pid and stat[0] not in (b"Z", b"X"):
+                children.add(int(name))
+    return children
+
+
+@pytest.mark.parametrize(
+    ("boundary", "count_after", "step_outcome"),
+    [
+        # the reply was recorded but no Step row: the redelivered slice runs the call once
+        ("before_step", "ran\n", (True, None)),
+        # the intent was committed, the call never started: reported, never run
+        ("after_intent", None, (False, "interrupted")),
+        # the call ran, its result was lost: reported as interrupted, not run again
+        ("after_execution", "ran\n", (False, "interrupted")),
+        # the result was committed: the redelivered slice moves on without running it again
+        ("after_commit", "ran\n", (True, None)),
+    ],
+)
+def test_sigkill_of_the_worker_at_each_boundary_of_a_call_never_runs_a_committed_call_twice(
+    agent, llm_stub_server, start_worker, tmp_path, boundary, count_after, step_outcome
+):
+    # given a worker that kills itself (SIGKILL, once) when a call reaches `boundary`
+    marker = tmp_path / "crashed"
+    worker = start_worker(MOTOR_TEST_CRASH_AT=f"{boundary}:{marker}")
+    _wait_for(lambda: len(_pool_children(worker)) == 1, "the worker's pool process")
+    first_child = _pool_children(worker)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    program = "with open('count.txt', 'a') as f:\n    f.write('ran\\n')\n"
+    llm_stub_server.add(
+        reply_tools(tool_call("code", {"code": program}, call_id="c")), reply_text("Done.")
+    )
+    # when a run makes that call
+    run_id = run_start(
+        agent_id=agent.pk, task="Count", tools=["code"], workspace=str(workspace), actor="t"
+    )["run_id"]
+    # then the process died there, and a new pool process finished the run
+    _wait_for(lambda: _status(run_id) == RunStatus.COMPLETED, "completion after the kill")
+    assert marker.exists()
+    assert _pool_children(worker).isdisjoint(first_child)
+    # and the side effect happened at most once, as the ledger says
+    count = workspace / "count.txt"
+    assert (count.read_text() if count.exists() else None) == count_after
+    step = Step.objects.get(attempt__run_id=run_id)
+    assert (step.state, step.result["ok"], step.result["error_code"]) == ("done", *step_outcome)
+    assert len(llm_stub_server.requests) == 2
+    run = MotorRun.objects.get(pk=run_id)
+    assert (run.result["summary"], run.lease_expires_at) == ("Done.", None)
