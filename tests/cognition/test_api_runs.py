@@ -355,3 +355,18 @@ def test_an_answer_with_nul_is_refused_and_changes_nothing(
     )
     assert response.status_code == 400
     assert snapshot(run_id) == before
+
+
+def test_a_human_reads_their_agents_runs_and_no_one_elses(world, workspaces, session_client):
+    run_id = _start(world)
+    olivia = session_client(world.olivia)
+    assert [r["id"] for r in olivia.get("/api/v1/runs/?agent=alpha").json()["results"]] == [run_id]
+    assert olivia.get(f"/api/v1/runs/{run_id}/").json()["id"] == run_id
+    assert olivia.get(f"/api/v1/runs/{run_id}/log/").status_code == 200
+    bob = session_client(world.bob)
+    assert bob.get("/api/v1/runs/").json()["results"] == []
+    assert bob.get(f"/api/v1/runs/{run_id}/").status_code == 404
+    assert bob.get(f"/api/v1/runs/{run_id}/?agent=alpha").status_code == 404
+    before = snapshot(run_id)
+    assert bob.post(f"/api/v1/runs/{run_id}/cancel/").status_code == 404
+    assert snapshot(run_id) == before
