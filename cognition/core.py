@@ -350,7 +350,12 @@ def _core_agentic(
     if isinstance(iterations, bool) or not isinstance(iterations, int):
         raise InvalidRunParams("max_iterations: must be an integer", field="max_iterations")
     seconds = MAX_RUN_TIMEOUT_S if timeout_s is None else timeout_s
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds != int(seconds):
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds != int(seconds)
+    ):
         raise InvalidRunParams("timeout_s: must be a whole number of seconds", field="timeout_s")
     if inputs is not None and not isinstance(inputs, dict):
         raise InvalidRunParams("inputs: must be a JSON object", field="inputs")
@@ -424,8 +429,6 @@ def _core_agentic(
                     status=policy.status,
                     missing=missing,
                 )
-    elif tools is None and domains is None:
-        granted, allowed_domains = [], []
 
     energy.energy_check(agent=agent, mode=energy.Mode.AGENTIC, tools=granted)
 
