@@ -13,7 +13,9 @@ the session, which kills the call and everything it started.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -27,16 +29,22 @@ logger = logging.getLogger(__name__)
 
 _registry_lock = threading.Lock()
 _registry: Any = None
+_registry_pid = 0
 
 
 def _sessions() -> Any:
-    """This process's registry of run sessions (created on first use, after any fork)."""
-    global _registry
+    """This process's registry of run sessions (created on first use, and anew after a fork:
+    a pool process never touches sessions its parent opened)."""
+    global _registry, _registry_pid
     with _registry_lock:
-        if _registry is None:
+        if _registry is None or _registry_pid != os.getpid():
             from sandbox.session import SessionRegistry
 
             _registry = SessionRegistry()
+            _registry_pid = os.getpid()
+            # bwrap dies with us anyway (--die-with-parent); this also stops proxies and
+            # removes runtime directories on a normal exit (pool recycling, shutdown).
+            atexit.register(_registry.close_all)
         return _registry
 
 

@@ -357,3 +357,42 @@ def test_sigkill_of_the_worker_at_each_boundary_of_a_call_never_runs_a_committed
     assert len(llm_stub_server.requests) == 2
     run = MotorRun.objects.get(pk=run_id)
     assert (run.result["summary"], run.lease_expires_at) == ("Done.", None)
+
+
+def test_a_credential_saved_in_a_worker_process_is_in_no_log_row_key_or_later_request(
+    agent, llm_stub_server, worker, tmp_path
+):
+    # given a run creating a skill, whose model saves a key it got and then uses it
+    from skills.models import Policy
+    from skills.selectors import policy_credential_values
+    from tests.runs.test_credentials import _redis_dump
+    from tests.runs.test_save_credential import _rows_containing
+
+    value = "tok-Worker-5d1c7e93aa"
+    workspace = tmp_path / "ws"
+    (workspace / "skills" / "feed").mkdir(parents=True)
+    (workspace / "skills" / "feed" / "SKILL.md").write_text(
+        "---\nname: feed\ndescription: Reads a feed.\n---\n# Steps\nRead it.\n"
+    )
+    llm_stub_server.add(
+        reply_tools(tool_call("save_credential", {"name": "FEED_TOKEN", "value": value})),
+        reply_tools(tool_call("code", {"code": "import os\nprint(os.environ['FEED_TOKEN'])\n"})),
+        reply_text("Saved and used."),
+    )
+    # when a worker process runs it
+    run_id = run_start(
+        agent_id=agent.pk, task="Sign up", tools=["code"], workspace=str(workspace), actor="t"
+    )["run_id"]
+    _wait_for(lambda: _status(run_id) == RunStatus.COMPLETED, "completion")
+    # then only the new skill's policy holds the value, encrypted
+    policy = Policy.objects.get(skill__name="feed", agent=agent)
+    assert policy_credential_values(policy=policy) == {"FEED_TOKEN": value}
+    outputs = [s.result["output"].strip() for s in Step.objects.filter(attempt__run_id=run_id)]
+    assert outputs[1] == "<credential:FEED_TOKEN>"
+    # and the raw value is in no table, no later LLM request, no Redis key, no worker log line
+    assert _rows_containing(value) == []
+    assert [value in repr(r) for r in llm_stub_server.requests] == [False, False, False]
+    assert value not in _redis_dump()
+    logs = "".join(p.read_text() for p in tmp_path.glob("worker*.log"))
+    assert "Task runs.run_step" in logs
+    assert value not in logs
