@@ -16,6 +16,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
@@ -146,6 +147,8 @@ def console_state(run: MotorRun) -> dict[str, Any]:
     )
     return {
         "run": run,
+        "run_key": quote(run.id),
+        "parent_key": quote(run.parent_run_id) if run.parent_run_id else "",
         "status": run.status,
         "status_label": RunStatus(run.status).label,
         "terminal": terminal,
@@ -316,8 +319,10 @@ class MotorRunAdmin(ReadOnlyAdmin):
     def _get_run(self, request: HttpRequest, object_id: str) -> MotorRun:
         if not self.has_view_permission(request):
             raise PermissionDenied
+        # Admin URLs carry the primary key quoted (`_` becomes `_5F`), as the changelist links do.
         return get_object_or_404(
-            MotorRun.objects.select_related("agent", "skill", "skill_version"), pk=object_id
+            MotorRun.objects.select_related("agent", "skill", "skill_version"),
+            pk=unquote(object_id),
         )
 
     def _may_control(self, request: HttpRequest) -> bool:
@@ -348,7 +353,7 @@ class MotorRunAdmin(ReadOnlyAdmin):
             "title": f"Run {run.id}",
             "opts": self.model._meta,
             "fragments": fragments,
-            "live_url": reverse("admin:runs_motorrun_live", args=[run.id]),
+            "live_url": reverse("admin:runs_motorrun_live", args=[quote(run.id)]),
             "poll_ms": LIVE_POLL_MS,
             "media": self.media,
             **(extra_context or {}),
@@ -379,7 +384,7 @@ class MotorRunAdmin(ReadOnlyAdmin):
         return run
 
     def _back(self, run: MotorRun) -> HttpResponseRedirect:
-        return HttpResponseRedirect(reverse("admin:runs_motorrun_change", args=[run.id]))
+        return HttpResponseRedirect(reverse("admin:runs_motorrun_change", args=[quote(run.id)]))
 
     def _report(self, request: HttpRequest, done: str, outcome: dict[str, Any]) -> None:
         messages.success(

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.test import Client
@@ -50,7 +51,7 @@ def _client(user: User) -> Client:
 
 
 def _url(name: str, run_id: str) -> str:
-    return reverse(f"admin:runs_motorrun_{name}", args=[run_id])
+    return reverse(f"admin:runs_motorrun_{name}", args=[quote(run_id)])
 
 
 def _messages(response) -> list[str]:
@@ -506,3 +507,41 @@ def test_no_admin_page_renders_a_credential_value(agent, scripted_llm, settings,
         if url == _url("live", run_id):
             body = json.dumps(response.json())
         assert SECRET_VALUE not in body, url
+
+
+def test_web_results_are_marked_untrusted_and_long_output_is_folded(agent, scripted_llm):
+    # given a run whose trace holds a web result with a long output (recorded as the loop would)
+    run_id = _asking_run(agent, scripted_llm)
+    attempt = Attempt.objects.get(run_id=run_id)
+    long_output = "row," * 400 + "END-OF-OUTPUT"
+    Step.objects.create(
+        attempt=attempt,
+        iteration=0,
+        call_index=1,
+        tool_call_id="w1",
+        tool="fetch",
+        arguments={"url": "https://example.org/page"},
+        state="done",
+        result={
+            "ok": True,
+            "output": long_output,
+            "error_code": None,
+            "retryable": False,
+            "provenance": "web",
+            "duration_ms": 12,
+            "cost": 0.0,
+        },
+        duration_ms=12,
+        lease_token=MotorRun.objects.get(pk=run_id).lease_token,
+    )
+    client = _client(_user("vic", VIEW))
+
+    page = client.get(_url("change", run_id)).content.decode()
+
+    # then the web step is highlighted as untrusted, and its output shown folded with all of it
+    assert 'class="mc-step mc-step--untrusted"' in page
+    assert "web · untrusted" in page
+    assert f"show all {len(long_output)} characters" in page
+    assert page.count("END-OF-OUTPUT") == 1  # only inside the fold
+    assert "12 ms" in page
+    assert "waiting for an answer" in page
