@@ -131,6 +131,7 @@ def console_state(run: MotorRun) -> dict[str, Any]:
             "summary": pending_approval.summary,
             "hash": pending_approval.action_hash,
             "expires_at": pending_approval.expires_at,
+            "step_id": pending_approval.step_id,
         }
     result = run.result or {}
     stats = result.get("stats") if isinstance(result.get("stats"), dict) else None

@@ -9,7 +9,15 @@ from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
 from playwright.sync_api import Page, expect
 
-from runs.models import Attempt, MotorRun, RunStatus, Step
+from runs.models import (
+    ApprovalRequest,
+    ApprovalStatus,
+    Attempt,
+    MotorRun,
+    RunEvent,
+    RunStatus,
+    Step,
+)
 from runs.services import run_respond, run_start
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.runs.helpers import drive
@@ -113,3 +121,47 @@ def test_the_console_follows_the_run_without_a_reload(
     expect(page.locator("#mc-live-note")).to_have_text("This run is finished.")
     assert page.evaluate("window.__sameDocument") is True
     page.screenshot(path=str(artifacts_dir / "admin-run-trace.png"), full_page=True)
+
+
+def test_approving_the_exact_action_resumes_the_run(
+    page: Page, admin_login, artifacts_dir: Path, agent, scripted_llm, tmp_path: Path
+) -> None:
+    # given a gated run waiting for approval of one bash call
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    run_id = run_start(
+        agent_id=agent.pk,
+        task="Append a line to the log",
+        tools=["bash"],
+        workspace=str(workspace),
+        approval_required=True,
+        actor="test",
+    )["run_id"]
+    scripted_llm.add(reply_tools(tool_call("bash", {"command": "echo a >> log.txt"})))
+    drive(run_id, scripted_llm.client())
+    approval = ApprovalRequest.objects.get(run_id=run_id)
+    _controller("ann")
+    admin_login("ann", PASSWORD)
+
+    # when the user opens the console
+    page.goto(f"/admin/runs/motorrun/{quote(run_id)}/change/")
+
+    # then the exact action is shown
+    expect(page.locator("#approval-tool")).to_have_text("bash")
+    expect(page.locator("#approval-arguments")).to_have_text(
+        '{\n  "command": "echo a >> log.txt"\n}'
+    )
+    expect(page.locator("#trace")).to_contain_text("waiting for a decision")
+    page.screenshot(path=str(artifacts_dir / "admin-run-approval.png"), full_page=True)
+
+    # when the user approves it
+    page.click("#btn-approve")
+
+    # then the approval is consumed by that user's decision and the run runs again
+    expect(page.locator(".messagelist")).to_contain_text(
+        f"Action approved. Run {run_id}: awaiting_approval → running."
+    )
+    approval.refresh_from_db()
+    assert approval.status == ApprovalStatus.CONSUMED
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.RUNNING
+    assert RunEvent.objects.filter(run_id=run_id).last().actor == "admin:ann"
