@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from cognition.models import Agent, IdempotencyRecord
 from runs.models import ApprovalRequest, MotorRun, RunStatus
@@ -370,3 +373,16 @@ def test_a_human_reads_their_agents_runs_and_no_one_elses(world, workspaces, ses
     before = snapshot(run_id)
     assert bob.post(f"/api/v1/runs/{run_id}/cancel/").status_code == 404
     assert snapshot(run_id) == before
+
+
+def test_a_key_older_than_24_hours_starts_a_new_run(world, workspaces):
+    client = bearer(world.alpha_token)
+    first = client.post("/api/v1/runs/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="old")
+    client.post(f"/api/v1/runs/{first.json()['run_id']}/cancel/")
+    IdempotencyRecord.objects.update(created_at=timezone.now() - timedelta(hours=24, seconds=1))
+    again = client.post("/api/v1/runs/", BODY, format="json", HTTP_IDEMPOTENCY_KEY="old")
+    assert again.status_code == 201
+    assert again.json()["run_id"] != first.json()["run_id"]
+    assert "Idempotent-Replayed" not in again.headers
+    assert MotorRun.objects.count() == 2
+    assert list(IdempotencyRecord.objects.values_list("response_body", flat=True)) == [again.json()]
