@@ -545,3 +545,12 @@ def test_web_results_are_marked_untrusted_and_long_output_is_folded(agent, scrip
     assert page.count("END-OF-OUTPUT") == 1  # only inside the fold
     assert "12 ms" in page
     assert "waiting for an answer" in page
+
+
+def test_an_unknown_run_is_404_for_the_page_the_live_feed_and_actions():
+    client = _client(_user("ann", CONTROL))
+
+    assert client.get(_url("change", "run_000000000000")).status_code == 404
+    assert client.get(_url("live", "run_000000000000")).status_code == 404
+    assert client.post(_url("cancel", "run_000000000000"), {}).status_code == 404
+    assert MotorRun.objects.count() == 0
