@@ -65,6 +65,8 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 STARTUP_TIMEOUT_S = 15.0
 #: extra time over a call's own timeout before the supervisor is declared hung (seconds)
 RESULT_GRACE_S = 15.0
+#: how long close() waits for a running call to notice that its sandbox died (seconds)
+CLOSE_WAIT_S = 10.0
 #: size cap of /dev/shm inside (bytes)
 SHM_BYTES = 16 * 1024 * 1024
 
@@ -335,6 +337,8 @@ class BwrapSession:
         self._call_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._closed = False
+        self._pipes_closed = False
+        self._caller: int | None = None
         self.last_used = time.monotonic()
         self._on_close: list[Callable[[BwrapSession], None]] = []
         assert proc.stdin is not None and proc.stdout is not None
@@ -378,10 +382,13 @@ class BwrapSession:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise SandboxError("sandbox supervisor did not answer in time")
-            ready, _, _ = select.select([self._rfd], [], [], remaining)
-            if not ready:
-                continue
-            chunk = os.read(self._rfd, 1024 * 1024)
+            try:
+                ready, _, _ = select.select([self._rfd], [], [], remaining)
+                if not ready:
+                    continue
+                chunk = os.read(self._rfd, 1024 * 1024)
+            except (OSError, ValueError) as exc:
+                raise SandboxError(f"reading from the sandbox supervisor failed: {exc}") from exc
             if not chunk:
                 raise SandboxError(f"sandbox supervisor exited{self._log_tail()}")
             self._rbuf += chunk
@@ -440,14 +447,23 @@ class BwrapSession:
                 frame = encode_frame(message)
             except ProtocolError as exc:
                 raise ValueError(f"exec request too large: {exc}") from exc
+            self._caller = threading.get_ident()
             try:
                 self._send_bytes(frame)
                 reply = self._recv(time.monotonic() + timeout + RESULT_GRACE_S)
-            except SandboxError:
+            except SandboxError as exc:
+                closed_meanwhile = self._closed
                 self.close()
+                if closed_meanwhile:
+                    raise SandboxError(
+                        f"sandbox session {self.id} was closed during the call"
+                    ) from exc
                 raise
             finally:
+                self._caller = None
                 self.last_used = time.monotonic()
+                if self._closed:
+                    self._close_pipes()
         op = reply.get("op")
         if op == "error":
             if reply.get("code") == "invalid_args":
@@ -494,10 +510,6 @@ class BwrapSession:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 logger.error("bwrap pid %s did not exit after SIGKILL", self._proc.pid)
-        for stream in (self._proc.stdin, self._proc.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
         if self._lease is not None:
             deadline = time.monotonic() + 5.0
             while _processes_of_uid(self._lease.uid) and time.monotonic() < deadline:
@@ -513,9 +525,31 @@ class BwrapSession:
         shutil.rmtree(self._runtime_dir, ignore_errors=True)
         if self._lease is not None:
             self._lease.release()
+        # The pipes are closed only while no call uses them: closing them under a reader would
+        # fail its read with EBADF, or let the fd number be reused by another file the reader
+        # then reads. The sandbox is dead, so a running call sees EOF promptly; if the lock
+        # cannot be had, that call closes them on its way out (exec's finally).
+        if self._caller != threading.get_ident():
+            if self._call_lock.acquire(timeout=CLOSE_WAIT_S):
+                try:
+                    self._close_pipes()
+                finally:
+                    self._call_lock.release()
+            else:
+                logger.error("a call of session %s did not end after its sandbox died", self.id)
         for callback in self._on_close:
             with contextlib.suppress(Exception):
                 callback(self)
+
+    def _close_pipes(self) -> None:
+        """Close the supervisor's pipes; the caller holds `_call_lock`."""
+        if self._pipes_closed:
+            return
+        self._pipes_closed = True
+        for stream in (self._proc.stdin, self._proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
 
     def __enter__(self) -> BwrapSession:
         return self

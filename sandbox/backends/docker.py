@@ -94,6 +94,8 @@ _RESIDENT_PROCESSES = 2
 _NPROC_CEILING = 1 << 16
 _START_TIMEOUT_S = 15.0
 _SUPERVISOR_GRACE_S = 10.0  # beyond a call's own timeout, before the supervisor counts as hung
+#: how long close() waits for a running call to notice its container is gone (seconds)
+_CLOSE_WAIT_S = 10.0
 _READ_CHUNK = 64 * 1024
 _RUNTIME_PREFIX = "mc-docker-"
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
@@ -376,7 +378,12 @@ class DockerSession:
         self._proxy = proxy
         self._runtime_dir = runtime_dir
         self._closed = False
+        # `_lock` serialises calls and guards the attach stream; `_state_lock` only the closed
+        # flag, so close() never waits for a running call
         self._lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._stream_closed = False
+        self._caller: int | None = None
         self._oom_file = _cgroup_file(container.id, "memory", "memory.oom_control") or (
             _cgroup_file(container.id, "", "memory.events")
         )
@@ -418,17 +425,27 @@ class DockerSession:
         with self._lock:
             if self._closed:
                 raise SandboxError(f"docker backend: session {self.id} is closed")
-            oom_before = _read_oom_kills(self._oom_file)
+            self._caller = threading.get_ident()
             try:
-                self._stream.send(encode_frame(message))
-            except (OSError, ProtocolError) as exc:
-                self._break(f"cannot send the call to the supervisor: {exc}")
-            # the supervisor enforces the timeout itself; the margin only catches a hung one
-            reply = self._stream.read_message(time.monotonic() + timeout_s + _SUPERVISOR_GRACE_S)
-            if reply is None:
-                self._break("the supervisor stopped answering")
-            assert reply is not None
-            oom_kills = _read_oom_kills(self._oom_file) - oom_before
+                oom_before = _read_oom_kills(self._oom_file)
+                try:
+                    self._stream.send(encode_frame(message))
+                except (OSError, ProtocolError) as exc:
+                    self._break(f"cannot send the call to the supervisor: {exc}")
+                # the supervisor enforces the timeout itself; the margin only catches a hung one
+                deadline = time.monotonic() + timeout_s + _SUPERVISOR_GRACE_S
+                try:
+                    reply = self._stream.read_message(deadline)
+                except (OSError, ValueError) as exc:
+                    self._break(f"reading the supervisor's answer failed: {exc}")
+                if reply is None:
+                    self._break("the supervisor stopped answering")
+                assert reply is not None
+                oom_kills = _read_oom_kills(self._oom_file) - oom_before
+            finally:
+                self._caller = None
+                if self._closed:
+                    self._close_stream()
         op = reply.get("op")
         if op == "error":
             if reply.get("code") == "invalid_args":
@@ -456,8 +473,11 @@ class DockerSession:
         )
 
     def _break(self, why: str) -> None:
+        was_closed = self._closed
         tail = bytes(self._stream.stderr_tail).decode(errors="replace").strip()
-        self._close_locked()
+        self.close()
+        if was_closed:
+            raise SandboxError(f"docker backend: session {self.id} was closed during the call")
         raise SandboxError(
             f"docker backend: session {self.id} broke down: {why}"
             + (f" (supervisor said: {tail[-500:]})" if tail else "")
@@ -466,17 +486,15 @@ class DockerSession:
     # -- lifetime -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Remove the container, stop the egress proxy and delete the runtime dir. Idempotent."""
-        with self._lock:
-            self._close_locked()
-
-    def _close_locked(self) -> None:
+        """Remove the container, stop the egress proxy and delete the runtime dir. Idempotent;
+        safe from any thread, also while a call runs: the container is killed at once, the
+        running call sees its stream end and fails with SandboxError."""
         from docker.errors import DockerException, NotFound
 
-        if self._closed:
-            return
-        self._closed = True
-        self._stream.close()
+        with self._state_lock:
+            if self._closed:
+                return
+            self._closed = True
         try:
             self._container.remove(force=True)
         except NotFound:
@@ -488,6 +506,27 @@ class DockerSession:
                 self._proxy.close()
         if self._runtime_dir is not None:
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
+        # The attach socket is closed only while no call reads it: closing it under a reader
+        # would fail that read with EBADF, or worse let the fd number be reused by another file
+        # the reader then reads. The container is gone, so a running call sees EOF promptly and
+        # closes the stream itself on its way out (exec's finally) if we cannot take the lock.
+        if self._caller == threading.get_ident():
+            return
+        if self._lock.acquire(timeout=_CLOSE_WAIT_S):
+            try:
+                self._close_stream()
+            finally:
+                self._lock.release()
+        else:
+            log.error(
+                "docker backend: a call of %s did not end after its container was removed", self.id
+            )
+
+    def _close_stream(self) -> None:
+        """Close the attach stream; the caller holds `_lock`."""
+        if not self._stream_closed:
+            self._stream_closed = True
+            self._stream.close()
 
     def __enter__(self) -> DockerSession:
         return self
