@@ -366,16 +366,33 @@ def start_run(env: Env, tag: str, *, reads: int, iterations: int) -> str:
     )["run_id"]
 
 
-def wait_finished(run_ids: list[str], timeout_s: float) -> float:
-    """Blocks until every run is terminal; returns perf_counter() when that was seen."""
-    from runs.models import TERMINAL_STATUSES, MotorRun
+def wait_finished(run_ids: list[str], timeout_s: float, stall_s: float = 90.0) -> float:
+    """Blocks until every run is terminal; returns perf_counter() when that was seen.
+
+    Gives up after `timeout_s`, or after `stall_s` without a single new iteration (a lost
+    message or a worker that cannot reach the database would otherwise hang the benchmark).
+    """
+    from django.db.models import Sum
+
+    from runs.models import TERMINAL_STATUSES, Attempt, MotorRun
 
     deadline = time.monotonic() + timeout_s
+    progress, moved = -1, time.monotonic()
+    done = 0
     while time.monotonic() < deadline:
         done = MotorRun.objects.filter(pk__in=run_ids, status__in=TERMINAL_STATUSES).count()
         if done == len(run_ids):
             return time.perf_counter()
-        time.sleep(0.02)
+        now_progress = Attempt.objects.filter(run_id__in=run_ids).aggregate(n=Sum("iteration"))
+        current = int(now_progress["n"] or 0) + done
+        if current != progress:
+            progress, moved = current, time.monotonic()
+        elif time.monotonic() - moved > stall_s:
+            raise RuntimeError(
+                f"stalled: {len(run_ids) - done} of {len(run_ids)} runs made no progress in "
+                f"{stall_s:.0f} s (see the worker logs)"
+            )
+        time.sleep(0.02 if len(run_ids) < 20 else 0.2)
     raise RuntimeError(
         f"{len(run_ids) - done} of {len(run_ids)} runs unfinished after {timeout_s}s"
     )
@@ -809,7 +826,11 @@ def part4(env: Env, configs: list[str], agents: int, iterations: int, delay_s: f
         f"Part 4 - slow LLM ({delay_s:g} s per reply), {agents} agents x {iterations} iterations "
         f"at once, one host; ideal {ideal:.0f} iterations/s"
     ]
-    outcomes = [slow_llm_case(env, c, agents, iterations, delay_s) for c in configs]
+    outcomes = []
+    for config in configs:
+        outcomes.append(slow_llm_case(env, config, agents, iterations, delay_s))
+        o = outcomes[-1]
+        say(f"{config}: {fmt(o.rate, 1, 1)} iterations/s ({o.detail})")
     width = max(len(o.config) for o in outcomes)
     lines.append(
         f"  {'pool:processes x concurrency':<{max(width, 28)}}  {'iter/s':>7}  {'of ideal':>8}  "
@@ -873,9 +894,9 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=100, help="agents of part 4 (default 100)")
     parser.add_argument(
         "--pools",
-        default="threads:2x40,threads:1x80",
-        help="part 4 worker shapes, pool:processes x concurrency (default threads:2x40,"
-        "threads:1x80); mind PostgreSQL max_connections (one per busy thread)",
+        default="threads:2x30,threads:1x60",
+        help="part 4 worker shapes, pool:processes x concurrency (default threads:2x30,"
+        "threads:1x60); mind PostgreSQL max_connections (one per busy thread)",
     )
     parser.add_argument("--delay", type=float, default=1.0, help="part 4 LLM delay (s)")
     parser.add_argument("--redis-db", type=int, default=13, help="Redis database (flushed)")
