@@ -107,3 +107,56 @@ def test_an_idle_session_is_closed_after_the_idle_timeout(agent, scripted_llm, s
 
     assert MotorRun.objects.get(pk=run_id).status == "awaiting_input"
     assert run_id not in open_run_sessions()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slice_whose_lease_is_taken_over_mid_call_kills_the_call_and_closes_the_session(
+    agent, scripted_llm, tmp_path
+):
+    # given a slice (in a thread, as in a worker) running a long call on a network-granted run
+    import threading
+
+    from django.db import connections
+    from django.db.models import F
+
+    from runs.models import MotorRun, Step
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    program = (
+        "import time\nopen('started', 'w').write('x')\ntime.sleep(30)\n"
+        "open('finished', 'w').write('x')\n"
+    )
+    run_id = run_start(
+        agent_id=agent.pk,
+        task="t",
+        tools=["code"],
+        allowed_domains=["example.com"],
+        workspace=str(workspace),
+        actor="t",
+    )["run_id"]
+    scripted_llm.add(reply_tools(tool_call("code", {"code": program})))
+    outcomes: list[SliceOutcome] = []
+
+    def slice_() -> None:
+        try:
+            outcomes.append(run_step(run_id=run_id, client=scripted_llm.client(), owner="w1"))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=slice_)
+    thread.start()
+    assert _wait_for(lambda: (workspace / "started").exists())
+    session = run_session_peek(run_id)
+    assert session is not None
+    # when another slice takes the run over (its claim moves the fencing token)
+    MotorRun.objects.filter(pk=run_id).update(lease_token=F("lease_token") + 1)
+    thread.join(timeout=20)
+    # then the call was killed, the slice wrote nothing more and its session is closed
+    assert thread.is_alive() is False
+    assert outcomes == [SliceOutcome.LEASE_LOST]
+    assert session.closed is True and run_id not in open_run_sessions()
+    assert not (workspace / "finished").exists()
+    assert list(Step.objects.filter(attempt__run_id=run_id).values_list("state", flat=True)) == [
+        "intent"
+    ]
