@@ -26,6 +26,10 @@ Host paths the unprivileged uid could not traverse (a workspace under a root-onl
 bind-mounted by the root worker into a staging directory of the session's runtime dir, inside a
 private mount namespace created just for the bwrap launch (nothing appears in the host's mount
 table), before the launcher drops to the sandbox uid and execs bwrap.
+
+Each runtime dir records its owner (pid + the pid's start time) and sandbox uid in
+``owner.json``. bwrap dies with its owner (--die-with-parent), but files stay; a backend sweeps
+the dirs of dead owners when it is created (``BwrapBackend.sweep_orphans``).
 """
 
 from __future__ import annotations
@@ -67,6 +71,10 @@ STARTUP_TIMEOUT_S = 15.0
 RESULT_GRACE_S = 15.0
 #: how long close() waits for a running call to notice that its sandbox died (seconds)
 CLOSE_WAIT_S = 10.0
+#: the file in a session's runtime dir naming its owning process and sandbox uid
+OWNER_FILE = "owner.json"
+#: a runtime dir without an owner record younger than this may still be being set up (seconds)
+UNOWNED_GRACE_S = 60.0
 #: size cap of /dev/shm inside (bytes)
 SHM_BYTES = 16 * 1024 * 1024
 
@@ -190,6 +198,59 @@ def _processes_of_uid(uid: int) -> list[int]:
             if state not in (b"Z", b"X"):
                 pids.append(int(name))
     return pids
+
+
+def _process_start(pid: int) -> str:
+    """The kernel's start time of `pid` (clock ticks since boot), "" when it does not exist.
+    A pid alone can be reused after its process died; pid + start time cannot."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return ""
+    return fields[19].decode() if len(fields) > 19 else ""
+
+
+def _write_owner(runtime_dir: Path, uid: int | None) -> None:
+    """Record who owns a runtime dir (this process: pid + start time) and its sandbox uid."""
+    import json
+
+    pid = os.getpid()
+    record = {"pid": pid, "start": _process_start(pid), "uid": uid}
+    tmp = runtime_dir / f"{OWNER_FILE}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(json.dumps(record))
+    tmp.replace(runtime_dir / OWNER_FILE)
+
+
+def _read_owner(runtime_dir: Path) -> dict[str, Any] | None:
+    import json
+
+    try:
+        record = json.loads((runtime_dir / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _open_files_under(root: Path) -> set[str]:
+    """Paths under `root` that some process holds open."""
+    prefix = f"{root}/"
+    found: set[str] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{name}/fd/{fd}")
+                if target.startswith(prefix):
+                    found.add(target)
+    return found
 
 
 def _children(pid: int) -> list[int]:
@@ -570,6 +631,7 @@ class BwrapBackend:
         uid_range: str | None = None,
         runtime_root: Path | None = None,
         egress_resolver: Any = None,
+        sweep: bool = True,
     ) -> None:
         self._bwrap = _find_bwrap()
         self._uids = _parse_uid_range(
@@ -577,6 +639,76 @@ class BwrapBackend:
         )
         self._runtime_root = runtime_root or _default_runtime_root()
         self._egress_resolver = egress_resolver
+        if sweep:
+            self.sweep_orphans()
+
+    def sweep_orphans(self) -> list[Path]:
+        """Remove the runtime dirs (supervisor log, staging dirs, dead egress socket) of
+        sessions whose owning process is gone, and kill whatever still runs under their sandbox
+        uid unless another session holds that uid now. A live owner's dir is never touched.
+        Returns the removed dirs."""
+        root = self._runtime_root
+        if not root.is_dir():
+            return []
+        try:
+            root_st = os.lstat(root)
+        except OSError:
+            return []
+        if not stat.S_ISDIR(root_st.st_mode) or root_st.st_uid != os.geteuid():
+            return []
+        removed: list[Path] = []
+        in_use: set[str] | None = None
+        for entry in sorted(root.iterdir()):
+            if entry.name == "uids" or entry.is_symlink() or not entry.is_dir():
+                continue
+            owner = _read_owner(entry)
+            if owner is None:
+                # no record: a dir of a release before owner records, or one being set up
+                # right now (the record is written right after the dir is made)
+                try:
+                    age = time.time() - entry.stat().st_mtime
+                except OSError:
+                    continue
+                if age < UNOWNED_GRACE_S:
+                    continue
+                # an older release's live session keeps its supervisor.log open in bwrap
+                if in_use is None:
+                    in_use = _open_files_under(root)
+                if any(path.startswith(f"{entry}/") for path in in_use):
+                    continue
+            else:
+                pid, start = owner.get("pid"), owner.get("start")
+                if isinstance(pid, int) and start and _process_start(pid) == start:
+                    continue
+                uid = owner.get("uid")
+                if isinstance(uid, int) and uid in self._uids:
+                    self._reap_uid(uid)
+            shutil.rmtree(entry, ignore_errors=True)
+            if not entry.exists():
+                removed.append(entry)
+                logger.warning("removed the runtime dir of a dead sandbox owner: %s", entry)
+        return removed
+
+    def _reap_uid(self, uid: int) -> None:
+        """Kill what still runs as `uid` — only while no live session leases it."""
+        lock_dir = self._runtime_root / "uids"
+        try:
+            fd = os.open(lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # another session took this uid after the owner died: leave it alone
+            deadline = time.monotonic() + 5.0
+            while (pids := _processes_of_uid(uid)) and time.monotonic() < deadline:
+                for pid in pids:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                time.sleep(0.01)
+        finally:
+            os.close(fd)
 
     def open(self, spec: SessionSpec) -> BwrapSession:
         session_id = spec.session_id or secrets.token_hex(8)
@@ -610,8 +742,10 @@ class BwrapBackend:
         fds: list[int] = []
         proc: subprocess.Popen[bytes] | None = None
         try:
+            _write_owner(runtime_dir, None)
             if os.geteuid() == 0:
                 lease = _UidLease.acquire(self._uids, _private_dir(root / "uids", 0o700))
+                _write_owner(runtime_dir, lease.uid)
                 host_uid = host_gid = lease.uid
                 _chown_tree(workspace, host_uid, host_gid, self._uids)
             else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import fcntl
 import json
 import os
 import signal
@@ -624,3 +625,50 @@ def test_commands_hold_their_limits_and_cannot_change_any(
     }
     # and the supervisor's own limits are what they were before the call
     assert Path(f"/proc/{supervisor}/limits").read_text() == before
+
+
+def test_a_new_backend_sweeps_the_runtime_dirs_of_dead_owners_only(
+    open_sandbox: SandboxFactory, tmp_path: Path
+) -> None:
+    # given a live session of this process, and a worker process that opened a network session
+    # (so its runtime dir holds an egress socket) and was then killed outright
+    live = open_sandbox()
+    assert isinstance(live, BwrapSession)
+    workspace = tmp_path / "dead-owner-ws"
+    workspace.mkdir()
+    script = textwrap.dedent(
+        f"""
+        import os
+        from pathlib import Path
+        from sandbox.backends import get_backend
+        from sandbox.types import ExecRequest, NetworkPolicy, SessionSpec
+        s = get_backend("bwrap").open(SessionSpec(
+            workspace=Path({str(workspace)!r}),
+            network=NetworkPolicy(allowed_domains=("api.allowed.test",)),
+        ))
+        s.exec(ExecRequest(argv=["true"]))
+        print(s._runtime_dir, s.host_uid, flush=True)
+        os.kill(os.getpid(), 9)
+        """
+    )
+    worker = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert worker.returncode == -signal.SIGKILL, worker.stderr
+    dead_dir_text, uid_text = worker.stdout.split()
+    dead_dir, dead_uid = Path(dead_dir_text), int(uid_text)
+    assert (dead_dir / "net" / "egress.sock").is_socket()
+    # when a new backend starts
+    BwrapBackend()
+    # then the dead owner's runtime dir (with its socket) is gone and its uid is free again:
+    # nothing runs as it and its lease can be taken
+    assert not dead_dir.exists()
+    assert live_processes_of(dead_uid) == []
+    lock_fd = os.open(live._runtime_dir.parent / "uids" / f"{dead_uid}.lock", os.O_RDWR)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(lock_fd)
+    # and the live session's dir and sandbox are untouched
+    assert live._runtime_dir.is_dir()
+    assert live.exec(ExecRequest(argv=["true"])).exit_code == 0
