@@ -206,6 +206,10 @@ MOTOR_CREDENTIAL_RESOLVER = (
 MOTOR_EXTRACT_SKILLS = env.bool("MOTOR_EXTRACT_SKILLS", default=True)
 # Celery queue for run slices (empty: the default queue)
 MOTOR_RUN_QUEUE = env.str("MOTOR_RUN_QUEUE", default="")
+# seconds without a call before a worker closes a run's warm sandbox session
+MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS = env.int("MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS", default=300)
+# seconds between checks of a run's fencing token while a sandbox call runs (bounds cancel delay)
+MOTOR_CALL_WATCH_INTERVAL_SECONDS = env.float("MOTOR_CALL_WATCH_INTERVAL_SECONDS", default=1.0)
 # seconds between reaper passes (lost wake-ups, expired approvals, unanswered questions)
 MOTOR_REAPER_INTERVAL_SECONDS = env.int("MOTOR_REAPER_INTERVAL_SECONDS", default=60)
 
