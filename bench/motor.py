@@ -753,7 +753,12 @@ class Sampler:
                     if pid not in info:
                         continue
                     comm, kb = info[pid]
-                    if comm.startswith(("python", "celery")):
+                    # worker = the worker processes and their prefork children; everything
+                    # further down (bwrap, the helpers inside, even when they are python) is
+                    # the sandbox
+                    if pid in self.roots or (
+                        parents.get(pid) in self.roots and comm.startswith(("python", "celery"))
+                    ):
                         worker_kb += kb
                     else:
                         sandbox_kb += kb
