@@ -7,14 +7,43 @@ here picks a backend on its own or falls back to another one when the named one 
 
 from __future__ import annotations
 
+import os
+import threading
+
 from sandbox.types import Backend, SandboxError
 
 BACKEND_NAMES = ("bwrap", "docker", "local")
 
+# Environment variables a backend reads when it is created: a change makes a new instance.
+_CONFIG_VARS = (
+    "MOTOR_SANDBOX_UID_RANGE",
+    "MOTOR_SANDBOX_RUNTIME_DIR",
+    "SANDBOX_DOCKER_IMAGE",
+    "DOCKER_HOST",
+    "DOCKER_TLS_VERIFY",
+    "DOCKER_CERT_PATH",
+)
+_cache: dict[tuple[object, ...], Backend] = {}
+_cache_lock = threading.Lock()
+
 
 def get_backend(name: str, *, allow_local: bool = False) -> Backend:
     """Return the backend called `name`. Raises SandboxError for an unknown name, for "local"
-    without `allow_local`, and when the backend's runtime is missing (never a fallback)."""
+    without `allow_local`, and when the backend's runtime is missing (never a fallback).
+
+    One instance per (name, options, configuration) is kept per process, so opening a session
+    does not ping the engine, inspect the image or sweep orphans again (a backend does those
+    once, when it is created). A failure is never cached: the next call tries again."""
+    key = (name, allow_local, os.getpid(), tuple(os.environ.get(v) for v in _CONFIG_VARS))
+    with _cache_lock:
+        cached = _cache.get(key)
+        if cached is None:
+            cached = _create_backend(name, allow_local=allow_local)
+            _cache[key] = cached
+        return cached
+
+
+def _create_backend(name: str, *, allow_local: bool) -> Backend:
     if name == "bwrap":
         from sandbox.backends.bwrap import BwrapBackend
 

@@ -672,3 +672,26 @@ def test_a_new_backend_sweeps_the_runtime_dirs_of_dead_owners_only(
     # and the live session's dir and sandbox are untouched
     assert live._runtime_dir.is_dir()
     assert live.exec(ExecRequest(argv=["true"])).exit_code == 0
+
+
+def test_get_backend_keeps_one_instance_per_name_options_and_configuration(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # given a backend obtained by name
+    first = get_backend("bwrap")
+    # when it is asked for again, with other options, and under another configuration
+    again = get_backend("bwrap")
+    local = get_backend("local", allow_local=True)
+    local_again = get_backend("local", allow_local=True)
+    monkeypatch.setenv("MOTOR_SANDBOX_RUNTIME_DIR", str(tmp_path / "other-runtime"))
+    reconfigured = get_backend("bwrap")
+    # then the same name and configuration give the same instance, anything else a new one
+    assert again is first
+    assert local is not first and local_again is local
+    assert reconfigured is not first
+    assert get_backend("bwrap") is reconfigured
+    monkeypatch.delenv("MOTOR_SANDBOX_RUNTIME_DIR")
+    assert get_backend("bwrap") is first
+    # and a refused backend is never cached as if it had been created
+    with pytest.raises(SandboxError, match="off"):
+        get_backend("local")

@@ -20,6 +20,7 @@ import docker
 import pytest
 from docker.errors import NotFound
 
+from sandbox.backends import get_backend
 from sandbox.backends.docker import (
     LABEL_OWNER_PID,
     LABEL_RUNTIME_DIR,
@@ -440,3 +441,22 @@ def test_unsafe_session_id_is_refused_before_anything_starts(
         backend.open(SessionSpec(workspace=tmp_path, session_id="../x"))
     # then no container was created
     assert containers_owned_by_this_process(engine) == before
+
+
+def test_get_backend_reuses_one_docker_backend_and_its_sessions_still_work(
+    tmp_path: Path,
+) -> None:
+    # given the docker backend obtained by name twice
+    first = get_backend("docker")
+    second = get_backend("docker")
+    # when a session is opened on each
+    assert second is first
+    opened = [second.open(SessionSpec(workspace=tmp_path)) for _ in range(2)]
+    try:
+        results = [s.exec(ExecRequest(argv=["echo", "ok"])) for s in opened]
+    finally:
+        for s in opened:
+            s.close()
+    # then both ran in their own container
+    assert [(r.exit_code, r.stdout) for r in results] == [(0, b"ok\n"), (0, b"ok\n")]
+    assert len({s.container_id for s in opened if isinstance(s, DockerSession)}) == 2
