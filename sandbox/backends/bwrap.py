@@ -53,6 +53,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sandbox.backends._protocol import exec_message
 from sandbox.inside.supervisor import MAX_FRAME_BYTES, ProtocolError, encode_frame
 from sandbox.types import ExecRequest, ExecResult, SandboxError, SessionSpec
 
@@ -480,26 +481,7 @@ class BwrapSession:
         self._on_close.append(callback)
 
     def exec(self, request: ExecRequest) -> ExecResult:
-        if isinstance(request.argv, str | bytes) or not request.argv:
-            raise ValueError("ExecRequest.argv must be a non-empty sequence of strings")
-        if not all(isinstance(a, str) for a in request.argv):
-            raise ValueError("ExecRequest.argv must hold only strings")
-        limits = self.spec.limits
-        timeout = request.timeout_s if request.timeout_s is not None else limits.default_timeout_s
-        if timeout <= 0:
-            raise ValueError("ExecRequest.timeout_s must be positive")
-        output_limit = (
-            request.output_limit if request.output_limit is not None else limits.output_bytes
-        )
-        message = {
-            "op": "exec",
-            "argv": list(request.argv),
-            "stdin_b64": base64.b64encode(request.stdin).decode(),
-            "timeout_s": timeout,
-            "env": dict(request.env),
-            "cwd": request.cwd,
-            "output_limit": output_limit,
-        }
+        message = exec_message(request, self.spec.limits)
         with self._call_lock:
             if self._closed:
                 raise SandboxError(f"sandbox session {self.id} is closed")
@@ -511,7 +493,7 @@ class BwrapSession:
             self._caller = threading.get_ident()
             try:
                 self._send_bytes(frame)
-                reply = self._recv(time.monotonic() + timeout + RESULT_GRACE_S)
+                reply = self._recv(time.monotonic() + message["timeout_s"] + RESULT_GRACE_S)
             except SandboxError as exc:
                 closed_meanwhile = self._closed
                 self.close()

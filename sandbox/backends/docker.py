@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sandbox.backends._protocol import exec_message
 from sandbox.egress import EgressProxy, PolicyError, Resolver
 from sandbox.inside.supervisor import MAX_FRAME_BYTES, ProtocolError, encode_frame
 from sandbox.types import ExecRequest, ExecResult, NetworkPolicy, SandboxError, SessionSpec
@@ -402,26 +403,7 @@ class DockerSession:
 
         Raises ValueError for a malformed request, SandboxError when the session is closed or its
         supervisor stopped answering (the session is then closed, never reused)."""
-        if isinstance(request.argv, str | bytes) or not request.argv:
-            raise ValueError("ExecRequest.argv must be a non-empty sequence of strings")
-        if not all(isinstance(a, str) for a in request.argv):
-            raise ValueError("ExecRequest.argv must hold only strings")
-        limits = self._spec.limits
-        timeout_s = request.timeout_s if request.timeout_s is not None else limits.default_timeout_s
-        if timeout_s <= 0:
-            raise ValueError("ExecRequest.timeout_s must be positive")
-        output_limit = (
-            request.output_limit if request.output_limit is not None else limits.output_bytes
-        )
-        message = {
-            "op": "exec",
-            "argv": list(request.argv),
-            "stdin_b64": base64.b64encode(request.stdin).decode(),
-            "timeout_s": timeout_s,
-            "env": dict(request.env),
-            "cwd": request.cwd,
-            "output_limit": output_limit,
-        }
+        message = exec_message(request, self._spec.limits)
         with self._lock:
             if self._closed:
                 raise SandboxError(f"docker backend: session {self.id} is closed")
@@ -433,7 +415,7 @@ class DockerSession:
                 except (OSError, ProtocolError) as exc:
                     self._break(f"cannot send the call to the supervisor: {exc}")
                 # the supervisor enforces the timeout itself; the margin only catches a hung one
-                deadline = time.monotonic() + timeout_s + _SUPERVISOR_GRACE_S
+                deadline = time.monotonic() + message["timeout_s"] + _SUPERVISOR_GRACE_S
                 try:
                     reply = self._stream.read_message(deadline)
                 except (OSError, ValueError) as exc:
