@@ -80,17 +80,21 @@ an allocation failure under the RLIMIT_AS cap.
 
 from __future__ import annotations
 
+import array
 import base64
 import binascii
 import errno
+import fcntl
 import json
 import os
 import resource
+import select
 import selectors
 import signal
 import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Mapping
@@ -645,8 +649,14 @@ class Runner:
     when this process could not hold the limits itself for that instant: its own address space
     or CPU time too close to the command's limits, or the fork refused under them."""
 
-    def __init__(self, config: Config, *, inherit: bool = False) -> None:
+    def __init__(
+        self, config: Config, *, inherit: bool = False, host_fd: int | None = None
+    ) -> None:
         self.config = config
+        #: the host's request stream (serve mode). The host sends nothing while a call runs, so
+        #: the stream turning readable mid-call means it ended: the owner is gone, and the call
+        #: and everything it started are killed instead of running on unobserved.
+        self._host_fd = host_fd
         self._child_setup = _ChildSetup()
         self._spawner = _Spawner() if inherit else None
         #: this process's own limits, restored after each fast-path spawn
@@ -792,6 +802,8 @@ class Runner:
             sel.register(pidfd, selectors.EVENT_READ, "exit")
         except (AttributeError, OSError):
             pidfd = None
+        if self._host_fd is not None:
+            sel.register(self._host_fd, selectors.EVENT_READ, "host")
         deadline = started + spec.timeout_s
         scan_interval = 0.05
         next_scan = started + scan_interval
@@ -848,6 +860,13 @@ class Runner:
             events = sel.select(timeout=max(0.0, wait) if not (timed_out or quota_hit) else 0.05)
             for key, _ in events:
                 fd = int(key.fd)
+                if key.data == "host":
+                    if not _host_still_there(fd):
+                        # the owner is gone: nobody will read the result
+                        kill_all()
+                        os._exit(0)
+                    sel.unregister(fd)
+                    continue
                 if key.data == "in":
                     try:
                         written = os.write(fd, stdin_data[:65536])
@@ -937,6 +956,22 @@ def _start_bridge(bridge: Mapping[str, Any]) -> None:
         raise RuntimeError(f"egress bridge failed to start: {failure[0]!r}")
 
 
+def _host_still_there(fd: int) -> bool:
+    """Whether the host's stream, found readable mid-call, is still open (no EOF).
+
+    Peeks without consuming, so a frame the host did send stays for the next read."""
+    try:
+        ready, _w, _x = select.select([fd], [], [], 0)
+        if not ready:
+            return True
+        # a pipe cannot be peeked; FIONREAD says how many bytes wait (0 with readable = EOF)
+        waiting = array.array("i", [0])
+        fcntl.ioctl(fd, termios.FIONREAD, waiting, True)
+        return waiting[0] > 0
+    except OSError:
+        return False
+
+
 def _install_own_filter() -> None:
     seccomp = _load_sibling("seccomp")
     seccomp.prepare(allow_unix_sockets=True, allow_rlimit_changes=True).install()
@@ -960,7 +995,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         # changes, with which the main thread hands the commands their limits. The spawner
         # thread adds the command filter on top for itself and what it starts.
         _install_own_filter()
-        runner = Runner(config, inherit=True)
+        runner = Runner(config, inherit=True, host_fd=stdin.fileno())
         if config.bridge is not None:
             _start_bridge(config.bridge)
     except Exception as exc:  # noqa: BLE001 - every set-up failure is reported, then we exit
