@@ -1,28 +1,18 @@
 """Domain errors of the brain side (vault, energy, consent, scoping).
 
-Same shape as `skills.errors.SkillError`: a stable `code`, a human `message`, JSON-safe
+Built on `skills.errors.DomainError`: a stable `code`, a human `message`, JSON-safe
 `details`, and the HTTP status the API's exception handler maps it to.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from skills.errors import DomainError
 
 
-class CognitionError(Exception):
-    """Base class: `code`, `message`, `details`, `http_status`."""
+class CognitionError(DomainError):
+    """Base class of the brain side's errors."""
 
     code = "cognition_error"
-    http_status = 400
-
-    def __init__(self, message: str, *, details: Mapping[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details: dict[str, Any] = dict(details or {})
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, "details": self.details}
 
 
 class CredentialInvalid(CognitionError):

@@ -10,10 +10,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 
-class SkillError(Exception):
-    """Base class: `code`, `message`, `details`, `http_status`."""
+class DomainError(Exception):
+    """Base of the apps' domain errors (skills and cognition): `code`, `message`, `details`,
+    `http_status`, and the API error body's inner object from `as_dict()`."""
 
-    code = "skill_error"
+    code = "domain_error"
     http_status = 400
 
     def __init__(self, message: str, *, details: Mapping[str, Any] | None = None) -> None:
@@ -24,6 +25,12 @@ class SkillError(Exception):
     def as_dict(self) -> dict[str, Any]:
         """The API error body's inner object."""
         return {"code": self.code, "message": self.message, "details": self.details}
+
+
+class SkillError(DomainError):
+    """Base class of the skills app's errors."""
+
+    code = "skill_error"
 
 
 class SkillNotFound(SkillError):

@@ -1,6 +1,6 @@
 """One error body for the whole API: `{"error": {"code", "message", "details"}}`.
 
-Domain errors (skills.errors.SkillError, cognition.errors.CognitionError) carry their own code and
+Domain errors (skills.errors.DomainError: SkillError, CognitionError) carry their own code and
 HTTP status; DRF's errors are mapped to stable codes; anything else is a 500 that names nothing of
 the internals (the traceback goes to the log only).
 """
@@ -16,7 +16,6 @@ from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from cognition.errors import CognitionError
 from runs.errors import (
     InvalidRunParams,
     InvalidTransition,
@@ -26,7 +25,7 @@ from runs.errors import (
     RunError,
     RunNotFound,
 )
-from skills.errors import SkillError
+from skills.errors import DomainError
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +74,7 @@ def _drf_code(exc: exceptions.APIException) -> str:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """DRF's EXCEPTION_HANDLER."""
-    if isinstance(exc, SkillError | CognitionError):
+    if isinstance(exc, DomainError):
         if exc.http_status >= 500:
             logger.error("domain error %s: %s", exc.code, exc.message)
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.http_status)
