@@ -86,6 +86,8 @@ class ApprovalStatus(models.TextChoices):
 
 class SignalKind(models.TextChoices):
     MOTOR_RESULT = "motor_result", "Motor result"
+    #: a scheduled occurrence that did not start a run, with the reason (never silent)
+    SCHEDULE_SKIPPED = "schedule_skipped", "Schedule skipped"
 
 
 class SignalPriority(models.IntegerChoices):
@@ -416,13 +418,19 @@ class ApprovalRequest(FSMModelMixin, models.Model):
 class Signal(models.Model):
     """Outbox row for the brain side, written in the transaction that caused it.
 
-    `id` only grows, so readers keep the last id they processed as a cursor.
+    `seq` numbers an agent's signals 1, 2, 3, … and is taken under a per-agent row lock held to
+    commit (runs.outbox), so an agent's signals become visible in `seq` order: a reader that keeps
+    the last `seq` it processed as its cursor never skips one. The global `id` gives no such
+    promise across transactions.
     """
 
     id = models.BigAutoField(primary_key=True)
     kind = models.CharField(max_length=32, choices=SignalKind.choices)
-    run = models.ForeignKey(MotorRun, on_delete=models.CASCADE, related_name="signals")
+    run = models.ForeignKey(
+        MotorRun, null=True, blank=True, on_delete=models.CASCADE, related_name="signals"
+    )
     agent = models.ForeignKey("cognition.Agent", on_delete=models.CASCADE, related_name="signals")
+    seq = models.BigIntegerField(help_text="Position in the agent's signal stream (1, 2, 3, …).")
     payload = models.JSONField()
     priority = models.PositiveSmallIntegerField(
         choices=SignalPriority.choices, default=SignalPriority.HIGH
@@ -432,9 +440,21 @@ class Signal(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["agent", "id"])]
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "seq"], name="signal_unique_agent_seq")
+        ]
 
     def __str__(self) -> str:
-        return f"signal {self.id} {self.kind} for {self.run_id}"
+        return f"signal {self.id} {self.kind} #{self.seq} for agent {self.agent_id}"
+
+
+class SignalCounter(models.Model):
+    """The last `Signal.seq` handed out per agent; its row lock orders an agent's signals."""
+
+    agent = models.OneToOneField(
+        "cognition.Agent", primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    last_seq = models.BigIntegerField(default=0)
 
 
 class RunEvent(models.Model):

@@ -32,14 +32,14 @@ def step_list(*, run_id: str) -> QuerySet[Step]:
     )
 
 
-def signal_list(
-    *, agent_id: int | None = None, after_id: int = 0, limit: int = 100
-) -> list[Signal]:
-    """Outbox rows with an id above `after_id` (the reader's cursor), oldest first."""
-    queryset = Signal.objects.filter(id__gt=after_id)
-    if agent_id is not None:
-        queryset = queryset.filter(agent_id=agent_id)
-    return list(queryset.order_by("id")[: max(1, min(limit, 1000))])
+def signal_list(*, agent_id: int, after_seq: int = 0, limit: int = 100) -> list[Signal]:
+    """The agent's signals after its cursor `after_seq`, oldest first (at most 1000).
+
+    `seq` is handed out under a per-agent lock held to commit (runs.outbox), so a page read after
+    a cursor never misses a signal that commits later with a smaller number.
+    """
+    queryset = Signal.objects.filter(agent_id=agent_id, seq__gt=after_seq)
+    return list(queryset.order_by("seq")[: max(1, min(limit, 1000))])
 
 
 #: the execution log returned by `run_log` is cut to its last 16 KB (seed 001 core.task log)

@@ -69,6 +69,7 @@ from runs.models import (
     new_run_id,
 )
 from runs.mutex import mutex_hold, mutex_release, mutex_reserve
+from runs.outbox import signal_emit
 from runs.prompts import build_system_prompt
 from runs.sessions import CallWatch, open_run_sessions, run_session_close
 from runs.tasks import run_step_task
@@ -136,11 +137,11 @@ def _event(run: MotorRun, *, from_status: str, actor: str, **detail: object) -> 
 
 
 def _signal(run: MotorRun, payload: dict[str, Any]) -> Signal:
-    return Signal.objects.create(
-        kind=SignalKind.MOTOR_RESULT,
-        run=run,
+    return signal_emit(
         agent_id=run.agent_id,
+        kind=SignalKind.MOTOR_RESULT,
         payload=payload,
+        run_id=run.id,
         priority=SignalPriority.HIGH,
     )
 

@@ -74,4 +74,4 @@ def test_signal_cursor_returns_only_newer_rows(agent, scripted_llm):
     drive(run_id, scripted_llm.client())
     (signal,) = signal_list(agent_id=agent.pk)
     assert signal.payload["status"] == "completed"
-    assert signal_list(agent_id=agent.pk, after_id=signal.id) == []
+    assert signal_list(agent_id=agent.pk, after_seq=signal.seq) == []
