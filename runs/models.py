@@ -456,6 +456,9 @@ class SignalCounter(models.Model):
     )
     last_seq = models.BigIntegerField(default=0)
 
+    def __str__(self) -> str:
+        return f"agent {self.agent_id}: last signal #{self.last_seq}"
+
 
 class RunEvent(models.Model):
     """Audit trail of run state changes: who moved which run from what to what."""

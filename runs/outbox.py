@@ -70,7 +70,5 @@ def signal_emit(
             payload=payload,
             priority=priority,
         )
-        transaction.on_commit(
-            lambda: _notify(signal.id, agent_id, signal.seq, kind), robust=True
-        )
+        transaction.on_commit(lambda: _notify(signal.id, agent_id, signal.seq, kind), robust=True)
     return signal
