@@ -6,3 +6,9 @@ from django.apps import AppConfig
 class CognitionConfig(AppConfig):
     name = "cognition"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # The built-in brain: its wake-up hook and its Celery task.
+        from cognition.brain import wiring
+
+        wiring.connect()

@@ -142,3 +142,17 @@ class IdempotencyRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.scope}:{self.key}"
+
+
+# The built-in brain's models live in their own module; importing them here registers them in
+# the cognition app (one app, one migration history).
+from .brain.models import (  # noqa: E402, F401
+    BrainWake,
+    Conversation,
+    ConversationRun,
+    ConversationStatus,
+    Message,
+    MessageRole,
+    TurnTrigger,
+    WakeState,
+)

@@ -184,6 +184,16 @@ LLM_MOTOR_MODEL = env.str("LLM_MOTOR_MODEL", default="")
 LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0)
 LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
 
+# --- the built-in brain (cognition.brain) ----------------------------------------------------------
+# seconds one conversational turn may take, LLM calls and tool calls together
+COGNITION_TURN_BUDGET_SECONDS = env.float("COGNITION_TURN_BUDGET_SECONDS", default=120.0)
+# most core.* tool calls the brain may make in one turn; later calls are refused as data
+COGNITION_TURN_MAX_TOOL_CALLS = env.int("COGNITION_TURN_MAX_TOOL_CALLS", default=8)
+# most stored messages of a conversation sent to the LLM as history
+COGNITION_HISTORY_MESSAGES = env.int("COGNITION_HISTORY_MESSAGES", default=40)
+# Celery queue for the brain's wake-up tasks (empty: the default queue)
+COGNITION_BRAIN_QUEUE = env.str("COGNITION_BRAIN_QUEUE", default="")
+
 # --- the motor runtime ---------------------------------------------------------------------------
 # seconds a worker holds a run's execution lease before the reaper may hand the run to another
 MOTOR_LEASE_TTL_SECONDS = env.int("MOTOR_LEASE_TTL_SECONDS", default=900)

@@ -1,0 +1,1 @@
+"""The built-in Cognition (see cognition.brain.services)."""
