@@ -31,3 +31,20 @@ def _no_stale_turn_locks() -> Iterator[None]:
 @pytest.fixture
 def chat(world: World) -> Conversation:
     return conversation_start(agent=world.alpha, user=world.olivia)
+
+
+@pytest.fixture
+def workspaces(settings, tmp_path):
+    root = tmp_path / "workspaces"
+    root.mkdir()
+    settings.MOTOR_WORKSPACES_DIR = root
+    return root
+
+
+@pytest.fixture
+def models(settings) -> dict[str, str]:
+    """Distinct model names per role, so tests can tell which role a request used."""
+    settings.LLM_FAST_MODEL = "fast-model"
+    settings.LLM_SMART_MODEL = "smart-model"
+    settings.LLM_MOTOR_MODEL = "motor-model"
+    return {"fast": "fast-model", "smart": "smart-model", "motor": "motor-model"}
