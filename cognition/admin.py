@@ -11,7 +11,10 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from cognition import admin_vault  # noqa: F401 - registers the vault and token pages
+from cognition import (
+    admin_schedules,  # noqa: F401 - registers the schedule pages
+    admin_vault,  # noqa: F401 - registers the vault and token pages
+)
 from cognition.energy import band_for, energy_level
 from cognition.models import Agent
 from cognition.services import agent_create, agent_set_relayed_consent

@@ -25,6 +25,10 @@ GATED_ACTIONS = frozenset(
         "task.respond",
         "task.approve",
         "task.reject",
+        # Schedules start runs later, unattended, with the skill's policy (cognition.schedules).
+        "schedule.create",
+        "schedule.update",
+        "schedule.enable",
     }
 )
 

@@ -156,3 +156,112 @@ from .brain.models import (  # noqa: E402, F401
     TurnTrigger,
     WakeState,
 )
+
+
+# --- schedules (recurring skill runs through django-celery-beat) --------------------------------
+
+
+class ScheduleOutcome(models.TextChoices):
+    STARTED = "started", "Started"
+    SKIPPED = "skipped", "Skipped"
+    FAILED = "failed", "Failed"
+
+
+class ScheduleSkipReason(models.TextChoices):
+    """Why a fire started no run; the check that refused it, in the order they are made."""
+
+    SKILL_NOT_FOUND = "skill_not_found", "Skill not found"
+    NOT_APPROVED = "not_approved", "Skill not approved"
+    HASH_CHANGED = "hash_changed", "Skill content changed since approval"
+    CREDENTIALS_MISSING = "credentials_missing", "Required credentials missing"
+    AGENT_BUSY = "agent_busy", "Agent busy with another run"
+    ENERGY_TOO_LOW = "energy_too_low", "Energy too low"
+    ACT_FAILED = "act_failed", "core.act refused the run"
+
+
+class Schedule(models.Model):
+    """A recurring run of an agent's skill. Its twin django-celery-beat `PeriodicTask` row (kept
+    in sync by cognition.schedules) is what beat reads; it calls `schedule_fire_task(id)`.
+
+    Exactly one of `crontab` (five fields: minute hour day-of-month month day-of-week, read in
+    `timezone`) and `interval_seconds` is set. The skill is kept by name: a skill deleted and
+    re-imported under the same name is the same schedule's skill, one that is gone is a skip.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="schedules")
+    skill_name = models.CharField(max_length=64)
+    task = models.TextField()
+    inputs = models.JSONField(default=dict, blank=True)
+    crontab = models.CharField(max_length=200, blank=True, default="")
+    interval_seconds = models.PositiveIntegerField(null=True, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    enabled = models.BooleanField(default=True)
+    periodic_task = models.OneToOneField(
+        "django_celery_beat.PeriodicTask",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="motor_schedule",
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="motor_schedules",
+    )
+    created_by_label = models.CharField(max_length=200, blank=True, default="", editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["agent_id", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    (~models.Q(crontab="") & models.Q(interval_seconds__isnull=True))
+                    | (models.Q(crontab="") & models.Q(interval_seconds__gt=0))
+                ),
+                name="schedule_crontab_xor_interval",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.skill_name} for {self.agent_id} ({self.when})"
+
+    @property
+    def when(self) -> str:
+        if self.crontab:
+            return f"cron {self.crontab} {self.timezone}"
+        return f"every {self.interval_seconds} s"
+
+
+class ScheduleOccurrence(models.Model):
+    """One time a schedule fired: the run it started, or why it started none."""
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="occurrences")
+    fired_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=ScheduleOutcome.choices)
+    reason = models.CharField(
+        max_length=32, choices=ScheduleSkipReason.choices, blank=True, default=""
+    )
+    detail = models.TextField(blank=True, default="")
+    run = models.ForeignKey(
+        "runs.MotorRun",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="schedule_occurrences",
+    )
+    signal = models.ForeignKey(
+        "runs.Signal", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-fired_at", "-id"]
+        indexes = [models.Index(fields=["schedule", "-fired_at"], name="occurrence_by_schedule")]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id} {self.outcome} {self.reason}".strip()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import runs, views
+from . import runs, schedules, views
 
 app_name = "api"
 
@@ -33,4 +33,25 @@ urlpatterns = [
     path("runs/<str:run_id>/log/", runs.RunLogView.as_view(), name="run-log"),
     path("oneshot/", runs.OneshotView.as_view(), name="oneshot"),
     path("tools/", runs.ToolListView.as_view(), name="tool-list"),
+    path("schedules/", schedules.ScheduleListView.as_view(), name="schedule-list"),
+    path(
+        "schedules/<int:schedule_id>/",
+        schedules.ScheduleDetailView.as_view(),
+        name="schedule-detail",
+    ),
+    path(
+        "schedules/<int:schedule_id>/enable/",
+        schedules.ScheduleEnableView.as_view(),
+        name="schedule-enable",
+    ),
+    path(
+        "schedules/<int:schedule_id>/disable/",
+        schedules.ScheduleDisableView.as_view(),
+        name="schedule-disable",
+    ),
+    path(
+        "schedules/<int:schedule_id>/occurrences/",
+        schedules.ScheduleOccurrenceListView.as_view(),
+        name="schedule-occurrences",
+    ),
 ]
