@@ -32,7 +32,10 @@ from .views import AGENT_PARAM, MAX_BIGINT, TRIGGER_PARAM, PrincipalAPIView, _er
 
 class ScheduleWriteSerializer(serializers.Serializer):
     skill = serializers.CharField(help_text="Name of one of the agent's skills.")
-    task = serializers.CharField(help_text="What each run should accomplish.")
+    # Blank and whitespace-only text reach the service, which names the rule (task: not_empty).
+    task = serializers.CharField(
+        allow_blank=True, trim_whitespace=False, help_text="What each run should accomplish."
+    )
     inputs = serializers.DictField(
         required=False, allow_null=True, help_text="JSON object handed to each run with the task."
     )
