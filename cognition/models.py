@@ -157,7 +157,6 @@ from .brain.models import (  # noqa: E402, F401
     WakeState,
 )
 
-
 # --- schedules (recurring skill runs through django-celery-beat) --------------------------------
 
 
