@@ -142,6 +142,10 @@ class ScheduleAdmin(admin.ModelAdmin):
             kwargs["queryset"] = Agent.objects.filter(owner=request.user)
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
+    def get_inlines(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        # A schedule being added has no occurrences yet.
+        return [OccurrenceInline] if obj is not None else []
+
     def get_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         editable = list(ScheduleForm.Meta.fields)
         if obj is None:
@@ -195,10 +199,6 @@ class ScheduleAdmin(admin.ModelAdmin):
         obj.periodic_task = saved.periodic_task
         obj.created_at = saved.created_at
         obj.updated_at = saved.updated_at
-
-    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
-        # Occurrences are read-only; there is nothing related to save.
-        return None
 
     def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
         schedule_delete(schedule=obj, actor=request.user)
