@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
+from django.core.management import call_command
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from cognition.models import Agent, Schedule, ScheduleOccurrence
@@ -268,3 +270,37 @@ def test_occurrences_list_the_skips_with_their_reason_newest_first(world, skill)
     assert detail["last_occurrence"]["reason"] == "credentials_missing"
     listed = client.get("/api/v1/schedules/").json()["results"]
     assert [s["id"] for s in listed] == [schedule.pk]
+
+
+def test_a_human_gets_404_for_schedules_of_agents_they_do_not_own(
+    world, skill, session_client: Callable
+):
+    schedule = _existing(world)
+    bob = session_client(world.bob)
+    response = bob.get(f"/api/v1/schedules/{schedule.pk}/?agent=alpha")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "agent_not_found"
+    response = bob.get(f"/api/v1/schedules/{schedule.pk}/?agent=bravo")
+    assert response.status_code == 404
+    assert response.json()["error"]["code"] == "schedule_not_found"
+
+
+def test_the_schema_documents_the_gate_on_gated_schedule_calls(tmp_path):
+    target = tmp_path / "schema.yaml"
+    call_command("spectacular", "--file", str(target))
+    paths = yaml.safe_load(target.read_text())["paths"]
+
+    def headers(path: str, method: str) -> list[str]:
+        return [p["name"] for p in paths[path][method]["parameters"] if p["in"] == "header"]
+
+    assert headers("/api/v1/schedules/", "post") == ["X-Motor-Trigger"]
+    assert headers("/api/v1/schedules/{schedule_id}/", "patch") == ["X-Motor-Trigger"]
+    assert headers("/api/v1/schedules/{schedule_id}/enable/", "post") == ["X-Motor-Trigger"]
+    assert headers("/api/v1/schedules/{schedule_id}/disable/", "post") == []
+    assert set(paths["/api/v1/schedules/"]["post"]["responses"]) == {
+        "201",
+        "400",
+        "401",
+        "403",
+        "404",
+    }

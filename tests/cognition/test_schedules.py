@@ -391,3 +391,27 @@ def test_a_fire_for_a_deleted_schedule_removes_its_orphaned_beat_row(world, tmp_
     assert PeriodicTask.objects.filter(name=f"motor-schedule-{schedule.pk}").count() == 1
     assert schedule_fire_task(schedule.pk) is None
     assert PeriodicTask.objects.filter(name__startswith="motor-schedule-").count() == 0
+
+
+def test_a_refusal_core_act_makes_after_the_checks_is_a_failed_occurrence_with_a_signal(
+    world, tmp_path, workspaces
+):
+    # given an approved policy whose credentials differ only in case (a run cannot tell them
+    # apart, so core.act refuses it although every fire-time check passes)
+    policy = _skill(world, tmp_path)
+    Policy.objects.filter(pk=policy.pk).update(
+        required_credentials=["WEATHER_TOKEN", "weather_token"]
+    )
+    credential_set(agent=world.alpha, name="weather_token", value="tok-87654321", actor="test")
+    schedule = _create(world)
+    schedule_fire(schedule_id=schedule.pk)
+    (occurrence,) = ScheduleOccurrence.objects.all()
+    (signal,) = _skips()
+    assert (occurrence.outcome, occurrence.reason, occurrence.run_id) == (
+        "failed",
+        "act_failed",
+        None,
+    )
+    assert "differ only in case" in occurrence.detail
+    assert (signal.payload["outcome"], signal.payload["reason"]) == ("failed", "act_failed")
+    assert (run_count(), _energy(world.alpha)) == (0, 1.0)
