@@ -30,6 +30,7 @@ from config.celery import app as celery_app
 from runs.models import MotorRun, Signal
 from runs.services import run_start
 from skills.models import Policy, PolicyStatus, SkillFile
+from skills.services import Actor, skill_delete
 from tests.skills.conftest import tamper_file
 
 from .conftest import World
@@ -415,3 +416,12 @@ def test_a_refusal_core_act_makes_after_the_checks_is_a_failed_occurrence_with_a
     assert "differ only in case" in occurrence.detail
     assert (signal.payload["outcome"], signal.payload["reason"]) == ("failed", "act_failed")
     assert (run_count(), _energy(world.alpha)) == (0, 1.0)
+
+
+def test_a_schedule_whose_skill_was_deleted_is_skipped(world, tmp_path, workspaces):
+    policy = _skill(world, tmp_path)
+    schedule = _create(world)
+    skill_delete(skill=policy.skill, actor=Actor.system("test"), reason="gone")
+    schedule_fire(schedule_id=schedule.pk)
+    _assert_skipped(schedule, "skill_not_found", "No skill named 'weather-report' is installed.")
+    assert Schedule.objects.filter(pk=schedule.pk).exists()

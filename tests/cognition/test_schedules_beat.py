@@ -4,18 +4,20 @@ Redis) and run by a real Celery worker process, the LLM played by the local stub
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler
 
 from cognition.models import Schedule, ScheduleOccurrence
-from cognition.schedules import schedule_create, schedule_disable
+from cognition.schedules import schedule_create, schedule_disable, schedule_fire
 from cognition.services import credential_set
 from config.celery import app as celery_app
 from runs.models import MotorRun, RunStatus, Signal
@@ -145,3 +147,31 @@ def test_a_disabled_schedule_is_not_sent_by_beat(tmp_path):
     task = PeriodicTask.objects.get(name=name)
     assert (task.total_run_count, task.last_run_at) == (0, None)
     assert ScheduleOccurrence.objects.count() == 0
+
+
+def test_two_fires_at_once_start_one_run_and_record_the_other_as_busy(tmp_path):
+    # given a schedule whose fire message arrived twice (two beats, or a redelivery)
+    schedule = _due_schedule(tmp_path)
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def fire() -> None:
+        try:
+            barrier.wait(timeout=30)
+            schedule_fire(schedule_id=schedule.pk)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=fire) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    # then exactly one run started and the other fire is on record as busy, with its signal
+    assert errors == []
+    outcomes = sorted(ScheduleOccurrence.objects.values_list("outcome", "reason"))
+    assert outcomes == [("skipped", "agent_busy"), ("started", "")]
+    assert MotorRun.objects.count() == 1
+    assert Signal.objects.filter(kind="schedule_skipped").count() == 1
