@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import runs, schedules, views
+from . import conversations, runs, schedules, views
 
 app_name = "api"
 
@@ -53,5 +53,20 @@ urlpatterns = [
         "schedules/<int:schedule_id>/occurrences/",
         schedules.ScheduleOccurrenceListView.as_view(),
         name="schedule-occurrences",
+    ),
+    path(
+        "conversations/",
+        conversations.ConversationListView.as_view(),
+        name="conversation-list",
+    ),
+    path(
+        "conversations/<int:conversation_id>/",
+        conversations.ConversationDetailView.as_view(),
+        name="conversation-detail",
+    ),
+    path(
+        "conversations/<int:conversation_id>/messages/",
+        conversations.ConversationMessagesView.as_view(),
+        name="conversation-messages",
     ),
 ]
