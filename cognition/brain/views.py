@@ -1,0 +1,268 @@
+"""The chat page: a person talks to their agent (Django templates and a little plain JS).
+
+Every view acts for the logged-in human: messages they send are turns whose principal is that
+human (trigger user_message), and the Approve buttons call core.skill approve / core.task approve
+as that human. The page polls `chat-state` for new messages and run progress.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.views import LoginView
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from cognition.errors import CognitionError
+from cognition.models import Conversation, ConversationRun, Message, MessageRole
+from cognition.principals import Principal
+from cognition.selectors import agents_visible_to
+from runs.errors import RunError
+from runs.models import Attempt
+from skills.errors import DomainError
+from skills.models import Policy
+
+from . import services
+from .errors import ConversationNotFound
+
+#: most runs shown in the progress panel
+RUNS_SHOWN = 5
+
+
+class ChatLoginView(LoginView):
+    template_name = "chat/login.html"
+    redirect_authenticated_user = True
+
+
+def _login_required(view: Any) -> Any:
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not request.user.is_authenticated:
+            if request.headers.get("Accept", "").startswith("application/json"):
+                return _error(401, "not_authenticated", "Log in first.")
+            return redirect(
+                f"{reverse('chat-login')}?{urlencode({'next': request.get_full_path()})}"
+            )
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
+def _error(status: int, code: str, message: str, details: Any = None) -> JsonResponse:
+    return JsonResponse(
+        {"error": {"code": code, "message": message, "details": details or {}}}, status=status
+    )
+
+
+def _domain_error(exc: Exception) -> JsonResponse:
+    if isinstance(exc, DomainError):
+        return _error(exc.http_status, exc.code, exc.message, exc.details)
+    if isinstance(exc, RunError):
+        status = 404 if exc.code == "run_not_found" else 409
+        return _error(status, exc.code, exc.message, {k: str(v) for k, v in exc.details.items()})
+    raise exc
+
+
+def _conversation(request: HttpRequest, conversation_id: int) -> Conversation:
+    return services.conversation_get(
+        principal=Principal.for_human(request.user), conversation_id=conversation_id
+    )
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+
+def _card_statuses(conversation: Conversation, messages: list[Message]) -> dict[str, str]:
+    names = {
+        (m.event or {}).get("skill")
+        for m in messages
+        if m.role == MessageRole.EVENT and (m.event or {}).get("type") == "skill_review"
+    }
+    if not names:
+        return {}
+    return dict(
+        Policy.objects.filter(agent=conversation.agent, skill__name__in=names).values_list(
+            "skill__name", "status"
+        )
+    )
+
+
+def _render_messages(
+    request: HttpRequest, conversation: Conversation, messages: list[Message]
+) -> list[dict[str, Any]]:
+    statuses = _card_statuses(conversation, messages)
+    out = []
+    for message in messages:
+        event = message.event or {}
+        context = {
+            "m": message,
+            "event": event,
+            "conversation": conversation,
+            "card_status": statuses.get(event.get("skill", "")),
+            "result_json": json.dumps(message.tool_result, indent=1, sort_keys=True)
+            if message.tool_result is not None
+            else "",
+            "facts": event.get("facts") or {},
+        }
+        html = render_to_string("chat/_message.html", context, request=request)
+        out.append({"id": message.pk, "role": message.role, "html": html})
+    return out
+
+
+def _runs(conversation: Conversation) -> list[dict[str, Any]]:
+    links = (
+        ConversationRun.objects.filter(conversation=conversation)
+        .select_related("run")
+        .order_by("-id")[:RUNS_SHOWN]
+    )
+    rows = []
+    for link in links:
+        run = link.run
+        attempt = Attempt.objects.filter(run=run, index=run.current_attempt_index).first()
+        rows.append(
+            {
+                "id": run.pk,
+                "status": run.status,
+                "task": run.task[:120],
+                "review": run.review,
+                "attempt": run.current_attempt_index + 1,
+                "max_attempts": run.max_attempts,
+                "iteration": attempt.iteration if attempt else 0,
+                "max_iterations": attempt.max_iterations if attempt else 0,
+            }
+        )
+    return rows
+
+
+# --- pages ---------------------------------------------------------------------------------------
+
+
+@_login_required
+@require_http_methods(["GET", "POST"])
+def chat_index(request: HttpRequest) -> HttpResponse:
+    """Your conversations, and a form to start one with an agent you own."""
+    agents = agents_visible_to(user=request.user).filter(owner=request.user).order_by("name")
+    error = ""
+    if request.method == "POST":
+        agent = agents.filter(pk=request.POST.get("agent") or 0).first()
+        if agent is None:
+            error = "Choose one of your agents."
+        else:
+            conversation = services.conversation_start(
+                agent=agent, user=request.user, title=request.POST.get("title", "")[:200]
+            )
+            return redirect("chat-detail", conversation_id=conversation.pk)
+    conversations = services.conversations_visible_to(principal=Principal.for_human(request.user))
+    return render(
+        request,
+        "chat/index.html",
+        {"agents": agents, "conversations": conversations[:100], "error": error},
+        status=400 if error else 200,
+    )
+
+
+@_login_required
+@require_GET
+def chat_detail(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    try:
+        conversation = _conversation(request, conversation_id)
+    except ConversationNotFound:
+        return render(request, "chat/not_found.html", status=404)
+    messages = list(conversation.messages.select_related("author").order_by("id"))
+    rendered = _render_messages(request, conversation, messages)
+    return render(
+        request,
+        "chat/detail.html",
+        {
+            "conversation": conversation,
+            "messages_html": rendered,
+            "last_id": messages[-1].pk if messages else 0,
+            "runs_json": _runs(conversation),
+        },
+    )
+
+
+@_login_required
+@require_GET
+def chat_state(request: HttpRequest, conversation_id: int) -> JsonResponse:
+    """New messages after `?after=<id>` (rendered), the conversation's status and run progress."""
+    try:
+        conversation = _conversation(request, conversation_id)
+    except ConversationNotFound as exc:
+        return _domain_error(exc)
+    try:
+        after = max(0, int(request.GET.get("after") or 0))
+    except ValueError:
+        return _error(400, "invalid", "after: must be a message id (an integer).")
+    messages = list(
+        conversation.messages.filter(id__gt=min(after, 2**63 - 1))
+        .select_related("author")
+        .order_by("id")[:200]
+    )
+    return JsonResponse(
+        {
+            "status": conversation.status,
+            "pending_question": conversation.pending_question,
+            "pending_run_id": conversation.pending_run_id,
+            "messages": _render_messages(request, conversation, messages),
+            "runs": _runs(conversation),
+        }
+    )
+
+
+@_login_required
+@require_POST
+def chat_send(request: HttpRequest, conversation_id: int) -> JsonResponse:
+    """Say something: plays one turn as the logged-in human; returns the rendered new messages."""
+    text = request.POST.get("text")
+    if text is None and request.content_type == "application/json":
+        try:
+            text = json.loads(request.body or b"{}").get("text")
+        except (ValueError, AttributeError):
+            return _error(400, "malformed_request", "The body must be a JSON object.")
+    try:
+        conversation = _conversation(request, conversation_id)
+        added = services.conversation_post_message(
+            conversation_id=conversation.pk, text=text or "", actor=request.user
+        )
+    except (CognitionError, DomainError, RunError) as exc:
+        return _domain_error(exc)
+    return JsonResponse({"messages": _render_messages(request, conversation, added)}, status=201)
+
+
+@_login_required
+@require_POST
+def chat_approve_skill(request: HttpRequest, conversation_id: int, name: str) -> JsonResponse:
+    """A review card's Approve button: core.skill approve as the human who clicked."""
+    try:
+        conversation = _conversation(request, conversation_id)
+        message = services.conversation_approve_skill(
+            conversation_id=conversation.pk, skill=name, actor=request.user
+        )
+    except (CognitionError, DomainError, RunError) as exc:
+        return _domain_error(exc)
+    return JsonResponse(
+        {"messages": _render_messages(request, conversation, [message])}, status=200
+    )
+
+
+@_login_required
+@require_POST
+def chat_approve_run(request: HttpRequest, conversation_id: int, run_id: str) -> JsonResponse:
+    """An approval card's Allow button: core.task approve as the human who clicked."""
+    try:
+        conversation = _conversation(request, conversation_id)
+        message = services.conversation_approve_run_action(
+            conversation_id=conversation.pk, run_id=run_id, actor=request.user
+        )
+    except (CognitionError, DomainError, RunError) as exc:
+        return _domain_error(exc)
+    return JsonResponse(
+        {"messages": _render_messages(request, conversation, [message])}, status=200
+    )

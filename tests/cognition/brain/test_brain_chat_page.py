@@ -1,0 +1,129 @@
+"""The chat page in headless Chromium: log in, start a conversation, send a message and see the
+reply, watch a review card arrive after a motor_result signal, and approve the skill with a click.
+The brain's LLM is the local stub server (LLM_BASE_URL)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from cognition.brain.services import brain_wake_handle
+from cognition.models import Conversation, Message
+from runs.models import SignalKind
+from runs.outbox import signal_emit
+from skills.models import Policy, PolicyStatus
+from skills.services import Actor, skill_import_pasted
+from tests.cognition.conftest import World, skill_md
+from tests.fixtures.llm import reply_text
+from tests.skills.admin_support import PASSWORD
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def brain_llm(llm_stub_server, settings):
+    settings.LLM_BASE_URL = llm_stub_server.base_url
+    settings.LLM_API_KEY = "stub"
+    return llm_stub_server
+
+
+def _log_in(page: Page, username: str) -> None:
+    page.goto("/chat/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Talk to your agent")
+
+
+def test_send_a_message_see_the_reply_then_approve_a_reviewed_skill(
+    page: Page, world: World, brain_llm
+) -> None:
+    # given olivia logged in, starting a conversation with alpha
+    _log_in(page, "olivia")
+    page.select_option("#id_agent", label="alpha")
+    page.click("#start-conversation")
+    expect(page).to_have_url(re.compile(r"/chat/\d+/$"))
+    conversation = Conversation.objects.get(agent=world.alpha, user=world.olivia)
+    # when she sends a message, the agent's reply appears
+    brain_llm.add(reply_text("Hello Olivia, what shall I learn?"))
+    page.fill("#text", "Hello there")
+    page.click("#send-button")
+    expect(page.locator(".user-bubble")).to_contain_text("Hello there")
+    expect(page.locator(".assistant-bubble")).to_contain_text("Hello Olivia, what shall I learn?")
+    assert brain_llm.requests[0]["messages"][-1] == {"role": "user", "content": "Hello there"}
+    # when a run's completion signal reports a new skill (the brain presents it)
+    skill_import_pasted(text=skill_md("mailer"), actor=Actor.system("run"), agent=world.alpha)
+    signal = signal_emit(
+        agent_id=world.alpha.pk,
+        kind=SignalKind.MOTOR_RESULT,
+        payload={
+            "run_id": "run_outside",
+            "status": "completed",
+            "result": {
+                "ok": True,
+                "summary": "Learned the mailer API.",
+                "skills": {"created": ["mailer"], "updated": [], "unchanged": [], "failed": []},
+            },
+        },
+    )
+    brain_llm.add(reply_text("I learned mailer; it calls api.agentmail.to. Approve it?"))
+    assert brain_wake_handle(signal_id=signal.pk) == "handled"
+    # then the page shows the review card by itself (polling) with the facts
+    card = page.locator(".review-card[data-skill=mailer]")
+    expect(card).to_be_visible()
+    expect(card).to_contain_text("api.agentmail.to")
+    expect(card.locator(".card-status")).to_have_text("reviewed")
+    expect(page.locator(".assistant-bubble").last).to_contain_text("Approve it?")
+    assert Policy.objects.get(skill__name="mailer").status == PolicyStatus.REVIEWED
+    # when she clicks Approve, the skill is approved by her
+    card.get_by_role("button", name="Approve mailer").click()
+    expect(card.locator(".approved")).to_have_text("Approved.")
+    expect(page.locator(".event-skill_approved")).to_contain_text("olivia approved skill 'mailer'")
+    policy = Policy.objects.get(skill__name="mailer")
+    assert (policy.status, policy.approved_by) == (PolicyStatus.APPROVED, world.olivia)
+    # and a reload shows the card as approved, without a button
+    page.reload()
+    expect(card.locator(".approved")).to_have_text("Approved.")
+    expect(card.get_by_role("button")).to_have_count(0)
+    assert (
+        Message.objects.filter(conversation=conversation, event__type="skill_review").count() == 1
+    )
+
+
+def test_an_approval_refused_by_the_skills_rules_is_shown_and_changes_nothing(
+    page: Page, world: World, brain_llm
+) -> None:
+    # given bob (no approve permission) owns bravo, whose skill waits in a review card
+    conversation = Conversation.objects.create(agent=world.bravo, user=world.bob)
+    skill_import_pasted(text=skill_md("mailer"), actor=Actor.system("run"), agent=world.bravo)
+    signal = signal_emit(
+        agent_id=world.bravo.pk,
+        kind=SignalKind.MOTOR_RESULT,
+        payload={
+            "run_id": "run_b",
+            "status": "completed",
+            "result": {"ok": True, "summary": "ok", "skills": {"created": ["mailer"]}},
+        },
+    )
+    brain_llm.add(reply_text("Approve mailer?"))
+    brain_wake_handle(signal_id=signal.pk)
+    _log_in(page, "bob")
+    page.goto(f"/chat/{conversation.pk}/")
+    card = page.locator(".review-card[data-skill=mailer]")
+    # when he clicks Approve
+    card.get_by_role("button", name="Approve mailer").click()
+    # then the card says why, and the policy is unchanged
+    expect(card.locator(".card-error")).to_be_visible()
+    expect(card.locator(".card-error")).to_contain_text("approve")
+    assert Policy.objects.get(agent=world.bravo).status == PolicyStatus.REVIEWED
+    assert not Message.objects.filter(event__type="skill_approved").exists()
+
+
+def test_another_user_s_conversation_is_not_found(page: Page, world: World) -> None:
+    conversation = Conversation.objects.create(agent=world.alpha, user=world.olivia)
+    _log_in(page, "bob")
+    response = page.goto(f"/chat/{conversation.pk}/")
+    assert response is not None and response.status == 404
+    expect(page.locator("h1")).to_have_text("No such conversation")
