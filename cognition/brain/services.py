@@ -342,7 +342,8 @@ def _wake_facts(signal: Signal, run: MotorRun | None) -> dict[str, Any]:
 def _event_text(facts: dict[str, Any]) -> str:
     run_id, status = facts.get("run_id"), facts.get("status")
     if "kind" in facts:
-        return f"Schedule event: {facts.get('reason') or facts.get('message') or facts['kind']}"
+        why = facts.get("detail") or facts.get("reason") or facts["kind"]
+        return f"The schedule of skill {facts.get('skill')!r} did not start a run: {why}"
     if status == "completed":
         return f"Run {run_id} completed: {facts.get('summary') or '(no summary)'}"
     if status == "failed":
