@@ -1,7 +1,8 @@
 """The consent gate (seed 000 "Consent Gating").
 
 Mutations a human must agree to — approve, reject, delete and update on skills; respond,
-approve and reject on tasks — pass for a human principal. An agent passes only when the call
+approve and reject on tasks; create, update and enable on schedules (they start unattended runs
+with a skill's policy later) — pass for a human principal. An agent passes only when the call
 declares it was
 triggered by a user message *and* the agent is trusted to relay its user's consent
 (`Agent.trusted_for_relayed_consent`, off by default). Everything else is refused before any
