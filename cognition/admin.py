@@ -15,13 +15,14 @@ from cognition import (
     admin_schedules,  # noqa: F401 - registers the schedule pages
     admin_vault,  # noqa: F401 - registers the vault and token pages
 )
+from cognition.admin_delivery import AgentWebhookAdminMixin
 from cognition.energy import band_for, energy_level
 from cognition.models import Agent
 from cognition.services import agent_create, agent_set_relayed_consent
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(AgentWebhookAdminMixin, admin.ModelAdmin):
     list_display = (
         "name",
         "owner",

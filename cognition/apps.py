@@ -12,3 +12,10 @@ class CognitionConfig(AppConfig):
         from cognition.brain import wiring
 
         wiring.connect()
+
+        from runs.outbox import signal_committed
+
+        from .delivery import on_signal_committed
+
+        # Every committed signal wakes long-polls and event streams and is queued for delivery.
+        signal_committed.connect(on_signal_committed, dispatch_uid="cognition.delivery")

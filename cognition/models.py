@@ -53,6 +53,15 @@ class Agent(models.Model):
         help_text="Lets this agent's token pass the consent gate on user_message triggers.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # Signal delivery by webhook (cognition.delivery): the URL signals are POSTed to, and the
+    # signing secret, encrypted at rest (skills.crypto) and shown once when generated.
+    webhook_url = models.URLField(
+        max_length=500, blank=True, default="", help_text="Signals are POSTed here (empty: none)."
+    )
+    webhook_secret = models.TextField(
+        blank=True, default="", editable=False, help_text="Encrypted at rest; never rendered."
+    )
+    webhook_secret_created_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -224,6 +233,102 @@ class Schedule(models.Model):
                     | (models.Q(crontab="") & models.Q(interval_seconds__gt=0))
                 ),
                 name="schedule_crontab_xor_interval",
+
+
+# --- signal delivery (cognition.delivery) -----------------------------------------------------
+
+
+class DeliveryTarget(models.TextChoices):
+    WEBHOOK = "webhook", "Webhook"
+    HOOK = "hook", "Brain hook"
+    #: the signal was planned but its agent had no webhook and no hook was registered
+    NONE = "none", "No receiver"
+
+
+class DeliveryState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DELIVERING = "delivering", "Delivering"
+    RETRYING = "retrying", "Retrying"
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed"
+    SKIPPED = "skipped", "Skipped"
+
+
+class SignalDelivery(models.Model):
+    """The delivery of one signal to one receiver: the agent's webhook or one brain hook.
+
+    Rows are created when the signal is first dispatched (a signal without rows was never
+    dispatched; the sweeper finds it). `attempts` counts started attempts; the state machine is
+    pending → delivering → delivered | retrying → delivering … → failed after the last attempt.
+    """
+
+    signal = models.ForeignKey("runs.Signal", on_delete=models.CASCADE, related_name="deliveries")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="signal_deliveries")
+    target = models.CharField(max_length=16, choices=DeliveryTarget.choices)
+    #: the hook's name for target=hook; empty otherwise
+    name = models.CharField(max_length=100, blank=True, default="")
+    state = models.CharField(
+        max_length=16, choices=DeliveryState.choices, default=DeliveryState.PENDING
+    )
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    #: while delivering: when the running attempt is considered lost (its worker died)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        verbose_name_plural = "signal deliveries"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["signal", "target", "name"], name="signal_delivery_unique_target"
+            )
+        ]
+        indexes = [models.Index(fields=["state", "next_attempt_at"])]
+
+    def __str__(self) -> str:
+        label = f"{self.target}:{self.name}" if self.name else self.target
+        return f"signal {self.signal_id} -> {label} ({self.state})"
+
+
+class AttemptOutcome(models.TextChoices):
+    IN_FLIGHT = "in_flight", "In flight"
+    DELIVERED = "delivered", "Delivered"
+    RETRY = "retry", "Failed, will retry"
+    FAILED = "failed", "Failed, final"
+    LOST = "lost", "Lost (worker died)"
+
+
+class DeliveryAttempt(models.Model):
+    """One try at delivering a signal: what was called, what came back, what happens next."""
+
+    delivery = models.ForeignKey(
+        SignalDelivery, on_delete=models.CASCADE, related_name="attempt_log"
+    )
+    signal = models.ForeignKey(
+        "runs.Signal", on_delete=models.CASCADE, related_name="delivery_attempts"
+    )
+    number = models.PositiveSmallIntegerField(help_text="1 for the first attempt.")
+    target = models.CharField(max_length=16, choices=DeliveryTarget.choices)
+    url = models.CharField(max_length=500, blank=True, default="", help_text="Webhook URL.")
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True, default="")
+    outcome = models.CharField(
+        max_length=16, choices=AttemptOutcome.choices, default=AttemptOutcome.IN_FLIGHT
+    )
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    next_retry_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["delivery", "number"], name="delivery_attempt_unique_number"
             )
         ]
 
@@ -264,3 +369,6 @@ class ScheduleOccurrence(models.Model):
 
     def __str__(self) -> str:
         return f"{self.schedule_id} {self.outcome} {self.reason}".strip()
+
+
+        return f"signal {self.signal_id} attempt {self.number} ({self.outcome})"

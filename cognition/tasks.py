@@ -17,3 +17,37 @@ def schedule_fire_task(schedule_id: int) -> int | None:
 
     occurrence = schedule_fire(schedule_id=schedule_id)
     return occurrence.pk if occurrence is not None else None
+
+
+@shared_task(
+    name="cognition.signal_dispatch",
+    acks_late=True,
+    # Safe: dispatch plans a signal's deliveries once, under the signal's row lock.
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def signal_dispatch_task(signal_id: int) -> list[int]:
+    """Plan the deliveries of one committed signal and queue their first attempts."""
+    from cognition.delivery import signal_dispatch
+
+    return signal_dispatch(signal_id=signal_id)
+
+
+@shared_task(name="cognition.signal_delivery_attempt", ignore_result=True)
+def signal_delivery_attempt_task(delivery_id: int) -> str:
+    """One attempt of one delivery (webhook POST or brain hook); a missing row is a no-op.
+
+    Not acks_late: an attempt whose worker dies mid-call is found by the sweeper (its claim
+    expires), recorded as lost and retried, so the broker need not redeliver it.
+    """
+    from cognition.delivery import signal_delivery_attempt
+
+    return signal_delivery_attempt(delivery_id=delivery_id)
+
+
+@shared_task(name="cognition.signal_delivery_sweep", ignore_result=True)
+def signal_delivery_sweep_task() -> dict[str, list[int]]:
+    """Periodic (celery-beat): re-queue signals never dispatched and attempts that were lost."""
+    from cognition.delivery import signal_delivery_sweep
+
+    return signal_delivery_sweep()

@@ -223,10 +223,56 @@ MOTOR_CALL_WATCH_INTERVAL_SECONDS = env.float("MOTOR_CALL_WATCH_INTERVAL_SECONDS
 # seconds between reaper passes (lost wake-ups, expired approvals, unanswered questions)
 MOTOR_REAPER_INTERVAL_SECONDS = env.int("MOTOR_REAPER_INTERVAL_SECONDS", default=60)
 
+# --- signal delivery to the brain (cognition.delivery, cognition.api.signals) -------------------
+# seconds one webhook POST may take (connect + send + answer) before it counts as a failed attempt
+MOTOR_WEBHOOK_TIMEOUT_SECONDS = env.float("MOTOR_WEBHOOK_TIMEOUT_SECONDS", default=10.0)
+# attempts per signal and receiver (webhook or brain hook) before the delivery is marked failed
+MOTOR_SIGNAL_DELIVERY_MAX_ATTEMPTS = env.int("MOTOR_SIGNAL_DELIVERY_MAX_ATTEMPTS", default=8)
+# seconds before the 2nd attempt; each later wait doubles, up to the cap
+MOTOR_SIGNAL_BACKOFF_BASE_SECONDS = env.float("MOTOR_SIGNAL_BACKOFF_BASE_SECONDS", default=5.0)
+# longest wait between two attempts, seconds (keep it below CELERY_VISIBILITY_TIMEOUT)
+MOTOR_SIGNAL_BACKOFF_CAP_SECONDS = env.float("MOTOR_SIGNAL_BACKOFF_CAP_SECONDS", default=600.0)
+# Celery queue for delivery tasks (empty: the default queue); a worker of its own keeps delivery
+# from waiting behind run slices
+MOTOR_SIGNAL_QUEUE = env.str("MOTOR_SIGNAL_QUEUE", default="")
+# seconds between sweeper passes that re-queue signals never dispatched and lost attempts
+MOTOR_SIGNAL_SWEEP_INTERVAL_SECONDS = env.int("MOTOR_SIGNAL_SWEEP_INTERVAL_SECONDS", default=60)
+# seconds a signal or a due attempt may wait for its task before the sweeper re-queues it
+MOTOR_SIGNAL_SWEEP_GRACE_SECONDS = env.int("MOTOR_SIGNAL_SWEEP_GRACE_SECONDS", default=30)
+# how far back the sweeper looks for signals never dispatched, seconds
+MOTOR_SIGNAL_SWEEP_HORIZON_SECONDS = env.int("MOTOR_SIGNAL_SWEEP_HORIZON_SECONDS", default=86400)
+# longest long-poll wait of GET /api/v1/signals/ (the `wait` parameter is capped to it), seconds
+MOTOR_SIGNAL_LONG_POLL_MAX_SECONDS = env.int("MOTOR_SIGNAL_LONG_POLL_MAX_SECONDS", default=30)
+# seconds an event stream (GET /api/v1/signals/stream/) stays open before the client reconnects
+MOTOR_SIGNAL_STREAM_MAX_SECONDS = env.int("MOTOR_SIGNAL_STREAM_MAX_SECONDS", default=300)
+# seconds between heartbeat comments on an idle event stream
+MOTOR_SIGNAL_STREAM_HEARTBEAT_SECONDS = env.float(
+    "MOTOR_SIGNAL_STREAM_HEARTBEAT_SECONDS", default=15.0
+)
+for _name in (
+    "MOTOR_WEBHOOK_TIMEOUT_SECONDS",
+    "MOTOR_SIGNAL_BACKOFF_BASE_SECONDS",
+    "MOTOR_SIGNAL_STREAM_HEARTBEAT_SECONDS",
+):
+    if globals()[_name] <= 0:
+        raise ImproperlyConfigured(f"{_name} must be more than 0 seconds.")
+if MOTOR_SIGNAL_DELIVERY_MAX_ATTEMPTS < 1:
+    raise ImproperlyConfigured("MOTOR_SIGNAL_DELIVERY_MAX_ATTEMPTS must be 1 or more.")
+if MOTOR_SIGNAL_BACKOFF_CAP_SECONDS < MOTOR_SIGNAL_BACKOFF_BASE_SECONDS:
+    raise ImproperlyConfigured(
+        "MOTOR_SIGNAL_BACKOFF_CAP_SECONDS must be at least MOTOR_SIGNAL_BACKOFF_BASE_SECONDS."
+    )
+if not 0 <= MOTOR_SIGNAL_LONG_POLL_MAX_SECONDS <= 30:
+    raise ImproperlyConfigured("MOTOR_SIGNAL_LONG_POLL_MAX_SECONDS must be 0-30 seconds.")
+
 CELERY_BEAT_SCHEDULE = {
     "motor-reaper": {
         "task": "runs.run_reap",
         "schedule": float(MOTOR_REAPER_INTERVAL_SECONDS),
+    },
+    "signal-delivery-sweeper": {
+        "task": "cognition.signal_delivery_sweep",
+        "schedule": float(MOTOR_SIGNAL_SWEEP_INTERVAL_SECONDS),
     },
 }
 

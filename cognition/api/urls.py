@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import conversations, runs, schedules, views
+from . import conversations, runs, schedules, signals, views
 
 app_name = "api"
 
@@ -69,4 +69,6 @@ urlpatterns = [
         conversations.ConversationMessagesView.as_view(),
         name="conversation-messages",
     ),
+    path("signals/", signals.SignalListView.as_view(), name="signal-list"),
+    path("signals/stream/", signals.SignalStreamView.as_view(), name="signal-stream"),
 ]
