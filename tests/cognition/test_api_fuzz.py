@@ -40,6 +40,14 @@ def keep_the_test_connection(seeded: World) -> Iterator[None]:
     signals.request_finished.connect(close_old_connections)
 
 
+@pytest.fixture(autouse=True)
+def bounded_signal_waits(settings) -> None:
+    """The long-poll and the event stream answer at once here: a generated `wait=30` or a stream
+    must not hold each example for half a minute. Their waiting is tested in test_api_signals."""
+    settings.MOTOR_SIGNAL_LONG_POLL_MAX_SECONDS = 0
+    settings.MOTOR_SIGNAL_STREAM_MAX_SECONDS = 0
+
+
 @pytest.fixture
 def seeded(world: World) -> World:
     """Alpha with a skill and a vault credential, so generated names sometimes hit real rows."""
