@@ -233,6 +233,46 @@ class Schedule(models.Model):
                     | (models.Q(crontab="") & models.Q(interval_seconds__gt=0))
                 ),
                 name="schedule_crontab_xor_interval",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.skill_name} for {self.agent_id} ({self.when})"
+
+    @property
+    def when(self) -> str:
+        if self.crontab:
+            return f"cron {self.crontab} {self.timezone}"
+        return f"every {self.interval_seconds} s"
+
+
+class ScheduleOccurrence(models.Model):
+    """One time a schedule fired: the run it started, or why it started none."""
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="occurrences")
+    fired_at = models.DateTimeField()
+    outcome = models.CharField(max_length=16, choices=ScheduleOutcome.choices)
+    reason = models.CharField(
+        max_length=32, choices=ScheduleSkipReason.choices, blank=True, default=""
+    )
+    detail = models.TextField(blank=True, default="")
+    run = models.ForeignKey(
+        "runs.MotorRun",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="schedule_occurrences",
+    )
+    signal = models.ForeignKey(
+        "runs.Signal", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-fired_at", "-id"]
+        indexes = [models.Index(fields=["schedule", "-fired_at"], name="occurrence_by_schedule")]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id} {self.outcome} {self.reason}".strip()
 
 
 # --- signal delivery (cognition.delivery) -----------------------------------------------------
@@ -333,42 +373,4 @@ class DeliveryAttempt(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.skill_name} for {self.agent_id} ({self.when})"
-
-    @property
-    def when(self) -> str:
-        if self.crontab:
-            return f"cron {self.crontab} {self.timezone}"
-        return f"every {self.interval_seconds} s"
-
-
-class ScheduleOccurrence(models.Model):
-    """One time a schedule fired: the run it started, or why it started none."""
-
-    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="occurrences")
-    fired_at = models.DateTimeField()
-    outcome = models.CharField(max_length=16, choices=ScheduleOutcome.choices)
-    reason = models.CharField(
-        max_length=32, choices=ScheduleSkipReason.choices, blank=True, default=""
-    )
-    detail = models.TextField(blank=True, default="")
-    run = models.ForeignKey(
-        "runs.MotorRun",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="schedule_occurrences",
-    )
-    signal = models.ForeignKey(
-        "runs.Signal", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
-    )
-
-    class Meta:
-        ordering = ["-fired_at", "-id"]
-        indexes = [models.Index(fields=["schedule", "-fired_at"], name="occurrence_by_schedule")]
-
-    def __str__(self) -> str:
-        return f"{self.schedule_id} {self.outcome} {self.reason}".strip()
-
-
         return f"signal {self.signal_id} attempt {self.number} ({self.outcome})"

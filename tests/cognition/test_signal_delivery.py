@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from cognition.brain.services import BRAIN_HOOK_NAME
 from cognition.delivery import (
     ATTEMPT_HEADER,
     SIGNAL_ID_HEADER,
@@ -37,6 +39,7 @@ from cognition.delivery import (
 from cognition.models import (
     Agent,
     AttemptOutcome,
+    BrainWake,
     DeliveryAttempt,
     DeliveryState,
     DeliveryTarget,
@@ -145,8 +148,10 @@ def _database_url() -> str:
 
 
 def _purge() -> None:
+    """Empty the delivery queue, and the built-in brain's, whose wake-ups no worker reads here."""
     with celery_app.connection_for_write() as conn:
         conn.default_channel.queue_purge(QUEUE)
+        conn.default_channel.queue_purge(django_settings.COGNITION_BRAIN_QUEUE or "celery")
 
 
 @pytest.fixture(scope="module")
@@ -314,9 +319,11 @@ def test_a_signal_is_posted_once_signed_and_the_brain_hooks_are_called(
         d.name: d for d in SignalDelivery.objects.filter(signal=signal, target=DeliveryTarget.HOOK)
     }
     assert {name: d.state for name, d in deliveries.items()} == {
+        BRAIN_HOOK_NAME: DeliveryState.DELIVERED,  # the built-in brain, registered everywhere
         "flaky": DeliveryState.DELIVERED,
         "recorder": DeliveryState.DELIVERED,
     }
+    assert BrainWake.objects.filter(signal_id=signal.pk).exists()
     assert [(a.outcome, a.error) for a in attempts(deliveries["flaky"])] == [
         (AttemptOutcome.RETRY, f"RuntimeError: brain busy with signal {signal.pk}"),
         (AttemptOutcome.DELIVERED, ""),
