@@ -37,7 +37,7 @@ WEBHOOK_PAGE = "admin/cognition/agent/webhook.html"
 
 
 def may_manage_webhook(user: Any, agent: Agent) -> bool:
-    """The agent's owner or a superuser."""
+    """The agent's owner or a superuser (besides the admin's view permission on agents)."""
     return bool(user.is_superuser or agent.owner_id == user.pk)
 
 
@@ -100,7 +100,8 @@ class AgentWebhookAdminMixin:
         agent = Agent.objects.filter(pk=object_id).first() if object_id.isdigit() else None
         if agent is None:
             raise Http404("No such agent.")
-        if not may_manage_webhook(request.user, agent):
+        allowed = self.has_view_permission(request, agent)  # type: ignore[attr-defined]
+        if not (allowed and may_manage_webhook(request.user, agent)):
             raise PermissionDenied
         form = WebhookForm(request.POST or None, initial={"webhook_url": agent.webhook_url})
         if request.method == "POST" and form.is_valid():

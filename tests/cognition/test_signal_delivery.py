@@ -485,6 +485,32 @@ def test_the_sweeper_dispatches_a_signal_whose_queueing_was_lost(
     assert signal_delivery_sweep() == {"dispatched": [], "requeued": [], "lost": []}
 
 
+def test_a_due_attempt_whose_task_message_was_lost_is_requeued_by_the_sweeper(
+    worker: Path, receiver: Receiver, alpha: tuple[Agent, str]
+) -> None:
+    agent, _ = alpha
+    signal_committed.disconnect(dispatch_uid="cognition.delivery")
+    try:
+        signal = emit(agent)
+    finally:
+        signal_committed.connect(on_signal_committed, dispatch_uid="cognition.delivery")
+    # given a delivery waiting for its retry whose task message is gone (a broker restart)
+    delivery = SignalDelivery.objects.create(
+        signal=signal,
+        agent=agent,
+        target=DeliveryTarget.WEBHOOK,
+        state=DeliveryState.RETRYING,
+        attempts=0,
+        next_attempt_at=timezone.now() - timedelta(minutes=1),
+    )
+
+    assert signal_delivery_sweep()["requeued"] == [delivery.pk]
+    wait_for(lambda: webhook_state(signal) == DeliveryState.DELIVERED, "the requeued attempt")
+
+    assert [(a.number, a.outcome) for a in attempts(delivery)] == [(1, AttemptOutcome.DELIVERED)]
+    assert len(receiver.on("/alpha")) == 1
+
+
 def test_an_attempt_whose_worker_died_is_recorded_as_lost_and_retried(
     worker: Path, receiver: Receiver, alpha: tuple[Agent, str]
 ) -> None:
