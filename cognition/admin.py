@@ -16,6 +16,7 @@ from cognition import (
     admin_vault,  # noqa: F401 - registers the vault and token pages
 )
 from cognition.admin_delivery import AgentWebhookAdminMixin
+from cognition.brain import admin as brain_admin  # noqa: F401 - registers the conversation pages
 from cognition.energy import band_for, energy_level
 from cognition.models import Agent
 from cognition.services import agent_create, agent_set_relayed_consent

@@ -41,7 +41,14 @@ _ON_TRIGGER: dict[str, str] = {
         "A run finished. Report its result to the user in a few sentences. For every skill it "
         "created or updated, the deterministic review facts are above (core_skill review was "
         "called): present them (description, status, domains and credentials it references, "
-        "files) and ask the user whether to approve it. You cannot approve on this turn."
+        "files) and ask the user whether to approve it. You cannot approve on this turn. For "
+        "a closer look you may start core_act with skill_review true (a sandboxed, read-only "
+        "reading of the skill's files); its findings are advisory, the facts are authoritative."
+    ),
+    "completed_review": (
+        "A security review run of a skill finished. Present its analysis as advisory, next to "
+        "the skill's deterministic review facts (core_skill review), and ask the user whether "
+        "to approve. You cannot approve on this turn."
     ),
     "awaiting_input": (
         "A run paused with a question for the user. Relay the question clearly and stop. The "
@@ -92,6 +99,8 @@ def trigger_instructions(*, trigger: str, wake: dict[str, Any] | None) -> str:
         key = status
         if status == "failed":
             key = "failed_retry" if wake.get("can_retry") else "failed_final"
+        elif status == "completed" and wake.get("review_run"):
+            key = "completed_review"
     instruction = _ON_TRIGGER.get(key, "Tell the user what happened.")
     facts = json.dumps(wake, sort_keys=True, default=str)
     return (
