@@ -290,6 +290,10 @@ def _enqueue_dispatch(signal_id: int) -> None:
 def _enqueue_attempt(delivery_id: int, *, countdown: float = 0.0, priority: int = 0) -> None:
     from .tasks import signal_delivery_attempt_task
 
+    if countdown > 0 and signal_delivery_attempt_task.app.conf.task_always_eager:
+        # Eager mode (tests, debugging) ignores countdowns: a delayed retry would run at once,
+        # find itself early and re-queue itself forever. The sweeper picks it up when it is due.
+        return
     signal_delivery_attempt_task.apply_async(
         args=[delivery_id], countdown=max(0.0, countdown) or None, priority=priority, queue=_queue()
     )
