@@ -27,6 +27,8 @@ Interface (keyword-only; `actor` is who acts — a `Principal`, or a Django user
         signal seen before is a no-op (returns False).
 
     brain_wake_handle(signal_id=, client=None) -> str
+        (The task is acks_late: a worker that dies mid-turn has its wake taken over by the
+        redelivered task once the dead turn's lock expires; the event is not written twice.)
         What the task runs (callable in-process too): claims the wake, finds the conversation
         (the one that started the run, else the agent's most recent), writes the event message,
         applies the status rules, and plays one turn as the agent with trigger motor_result
@@ -367,9 +369,13 @@ def _conversation_for(signal: Signal) -> Conversation | None:
     return Conversation.objects.filter(agent_id=signal.agent_id).order_by("-updated_at").first()
 
 
-def _claim(signal_id: int) -> bool:
+def _claim(signal_id: int, *, resume: bool = False) -> bool:
+    """QUEUED → RUNNING. With `resume` (the caller holds the conversation's turn lock) a RUNNING
+    wake is taken over too: its turn died with its worker, since a live turn holds the lock
+    until after it has marked the wake DONE."""
+    states = [WakeState.QUEUED, WakeState.RUNNING] if resume else [WakeState.QUEUED]
     return bool(
-        BrainWake.objects.filter(signal_id=signal_id, state=WakeState.QUEUED).update(
+        BrainWake.objects.filter(signal_id=signal_id, state__in=states).update(
             state=WakeState.RUNNING
         )
     )
@@ -391,18 +397,19 @@ def brain_wake_handle(*, signal_id: int, client: openai.OpenAI | None = None) ->
         return "missing"
     BrainWake.objects.get_or_create(signal_id=signal_id)  # in-process callers skip the hook
     wake = BrainWake.objects.get(signal_id=signal_id)
-    if wake.state != WakeState.QUEUED:
+    if wake.state == WakeState.DONE:
         return "duplicate"
-    conversation = _conversation_for(signal)
+    conversation = wake.conversation or _conversation_for(signal)
     if conversation is None:
-        if _claim(signal_id):
+        if _claim(signal_id, resume=True):
             _finish(signal_id, outcome="no_conversation")
             return "no_conversation"
         return "duplicate"
     try:
         with turn_lock(conversation.pk, wait_s=WAKE_LOCK_WAIT_S):
-            if not _claim(signal_id):
+            if not _claim(signal_id, resume=True):
                 return "duplicate"
+            BrainWake.objects.filter(signal_id=signal_id).update(conversation=conversation)
             _wake_turn(conversation=conversation, signal=signal, client=client)
             _finish(signal_id, outcome="handled", conversation=conversation)
     except ConversationBusy:
@@ -420,14 +427,17 @@ def _wake_turn(*, conversation: Conversation, signal: Signal, client: openai.Ope
     is_run = signal.kind == SignalKind.MOTOR_RESULT
     trigger = TurnTrigger.MOTOR_RESULT if is_run else TurnTrigger.SCHEDULE
     agent_principal = Principal.for_agent(conversation.agent)
-    record(
-        conversation,
-        role=MessageRole.EVENT,
-        trigger=trigger,
-        text=_event_text(facts),
-        event={"type": signal.kind, **facts},
-        signal=signal,
-    )
+    # A wake taken over from a worker that died mid-turn already wrote its event (and reviews).
+    resumed = Message.objects.filter(conversation=conversation, signal=signal).exists()
+    if not resumed:
+        record(
+            conversation,
+            role=MessageRole.EVENT,
+            trigger=trigger,
+            text=_event_text(facts),
+            event={"type": signal.kind, **facts},
+            signal=signal,
+        )
     status = facts.get("status")
     role = ModelRole.FAST
     if is_run and status == "awaiting_input" and run is not None:
@@ -450,7 +460,8 @@ def _wake_turn(*, conversation: Conversation, signal: Signal, client: openai.Ope
         names = list(dict.fromkeys([*skills.get("created", []), *skills.get("updated", [])]))
         if names:
             role = ModelRole.SMART
-            _review_skills(conversation=conversation, principal=agent_principal, names=names)
+            if not resumed:
+                _review_skills(conversation=conversation, principal=agent_principal, names=names)
     turn_run(
         conversation=conversation,
         trigger=trigger,

@@ -10,7 +10,16 @@ BUSY_RETRY_S = 5
 BUSY_MAX_RETRIES = 60
 
 
-@shared_task(bind=True, name="cognition.brain.brain_wake_task", max_retries=BUSY_MAX_RETRIES)
+# acks_late + reject_on_worker_lost: a worker killed mid-turn gets the message redelivered, and
+# brain_wake_handle resumes the wake (never a second event or review) once the dead turn's lock
+# has expired; a wake already DONE is a no-op, so redelivery is safe.
+@shared_task(
+    bind=True,
+    name="cognition.brain.brain_wake_task",
+    max_retries=BUSY_MAX_RETRIES,
+    acks_late=True,
+    reject_on_worker_lost=True,
+)
 def brain_wake_task(self, signal_id: int) -> str:  # noqa: ANN001 - Celery's bound task
     """Wake the brain for one signal; a signal already handled is a no-op."""
     from .services import brain_wake_handle

@@ -237,3 +237,52 @@ def test_a_signal_of_a_run_without_conversation_goes_to_the_agent_s_latest_one(
     assert brain_wake_handle(signal_id=signal.pk, client=scripted_llm.client()) == "handled"
     assert Message.objects.filter(conversation=chat, signal=signal).count() == 1
     assert BrainWake.objects.get(signal=signal).conversation == chat
+
+
+def test_a_wake_whose_worker_died_mid_turn_is_resumed_without_a_second_event(
+    world: World, chat: Conversation, scripted_llm
+) -> None:
+    # given a wake that a dead worker had claimed and written its event for (its lock expired)
+    signal = Signal.objects.create(
+        kind="motor_result",
+        agent=world.alpha,
+        seq=1,
+        payload={"run_id": "run_gone", "status": "completed", "result": {"summary": "done"}},
+    )
+    BrainWake.objects.create(signal=signal, state=WakeState.RUNNING, conversation=chat)
+    Message.objects.create(
+        conversation=chat,
+        role="event",
+        trigger="motor_result",
+        text="Run run_gone completed: done",
+        event={"type": "motor_result"},
+        signal=signal,
+    )
+    scripted_llm.add(reply_text("The run finished."))
+    # when the redelivered task handles it
+    assert brain_wake_handle(signal_id=signal.pk, client=scripted_llm.client()) == "handled"
+    # then the turn was played once more, the event not repeated
+    assert list(chat.messages.values_list("role", "text")) == [
+        ("event", "Run run_gone completed: done"),
+        ("assistant", "The run finished."),
+    ]
+    assert BrainWake.objects.get(signal=signal).state == WakeState.DONE
+
+
+def test_a_wake_whose_turn_is_alive_elsewhere_waits(
+    world: World, chat: Conversation, scripted_llm
+) -> None:
+    from cognition.brain.services import turn_lock
+
+    signal = Signal.objects.create(
+        kind="motor_result",
+        agent=world.alpha,
+        seq=1,
+        payload={"run_id": "run_x", "status": "completed", "result": {}},
+    )
+    BrainWake.objects.create(signal=signal, state=WakeState.RUNNING, conversation=chat)
+    with turn_lock(chat.pk, wait_s=0):
+        assert brain_wake_handle(signal_id=signal.pk, client=scripted_llm.client()) == "busy"
+    assert chat.messages.count() == 0
+    assert scripted_llm.requests == []
+    assert BrainWake.objects.get(signal=signal).state == WakeState.RUNNING
