@@ -127,3 +127,55 @@ def test_another_user_s_conversation_is_not_found(page: Page, world: World) -> N
     response = page.goto(f"/chat/{conversation.pk}/")
     assert response is not None and response.status == 404
     expect(page.locator("h1")).to_have_text("No such conversation")
+
+
+def test_run_progress_and_an_approval_card_allowed_by_a_click(
+    page: Page, world: World, brain_llm, settings, tmp_path
+) -> None:
+    from cognition.brain.services import conversation_post_message
+    from runs.models import MotorRun, RunStatus, Signal
+    from tests.fixtures.llm import ScriptedLLM, reply_tools, tool_call
+    from tests.runs.helpers import drive
+
+    settings.MOTOR_WORKSPACES_DIR = tmp_path / "workspaces"
+    settings.MOTOR_WORKSPACES_DIR.mkdir()
+    # given olivia's conversation in which the brain started a run that needs approval to go on
+    conversation = Conversation.objects.create(agent=world.alpha, user=world.olivia, title="files")
+    brain_llm.add(
+        reply_tools(
+            tool_call(
+                "core_act",
+                {
+                    "mode": "agentic",
+                    "task": "Write out.txt",
+                    "tools": ["bash"],
+                    "domains": [],
+                    "approval_required": True,
+                },
+            )
+        ),
+        reply_text("Started a run."),
+    )
+    added = conversation_post_message(
+        conversation_id=conversation.pk, text="write out.txt", actor=world.olivia
+    )
+    run_id = added[2].tool_result["result"]["run_id"]
+    motor = ScriptedLLM().add(reply_tools(tool_call("bash", {"command": "echo hi > out.txt"})))
+    drive(run_id, motor.client())
+    signal = Signal.objects.get(run_id=run_id, payload__status="awaiting_approval")
+    brain_llm.add(reply_text("The run wants to run: echo hi > out.txt. Allow it?"))
+    brain_wake_handle(signal_id=signal.pk)
+    # when she opens the conversation
+    _log_in(page, "olivia")
+    page.goto(f"/chat/{conversation.pk}/")
+    # then the runs panel shows the paused run and its progress
+    run_row = page.locator(f".run[data-run-id={run_id}]")
+    expect(run_row).to_contain_text("awaiting_approval")
+    expect(run_row.locator(".progress")).to_have_text("iteration 1/20 · attempt 1/3")
+    # and the approval card names the action; her click allows it and the run goes on
+    card = page.locator(".approval-card")
+    expect(card).to_contain_text("bash")
+    card.get_by_role("button", name="Allow this action").click()
+    expect(card.locator(".approved")).to_have_text("Allowed.")
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.RUNNING
+    expect(run_row).to_contain_text("running")
