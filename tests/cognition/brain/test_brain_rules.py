@@ -150,3 +150,25 @@ def test_the_admin_shows_conversations_read_only(world: World, chat: Conversatio
     assert client.get("/admin/cognition/conversation/add/").status_code == 403
     assert client.get(f"/admin/cognition/conversation/{chat.pk}/change/").status_code == 200
     assert client.get("/admin/cognition/brainwake/").status_code == 200
+
+
+def test_vault_values_never_reach_the_brain_s_llm(
+    world: World, chat: Conversation, scripted_llm
+) -> None:
+    from cognition.services import credential_set
+    from tests.cognition.conftest import SECRET
+
+    credential_set(agent=world.alpha, name="MAIL_TOKEN", value=SECRET, actor="test")
+    scripted_llm.add(
+        reply_tools(tool_call("core_credential", {"action": "list"})),
+        reply_text("You have MAIL_TOKEN set."),
+    )
+    added = conversation_post_message(
+        conversation_id=chat.pk,
+        text="which keys do I have?",
+        actor=world.olivia,
+        client=scripted_llm.client(),
+    )
+    assert added[2].tool_result == {"ok": True, "result": {"names": ["MAIL_TOKEN"]}}
+    assert all(SECRET not in str(request) for request in scripted_llm.requests)
+    assert not chat.messages.filter(tool_result__icontains=SECRET).exists()
