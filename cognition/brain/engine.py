@@ -180,7 +180,15 @@ def dispatch(
     if principal.is_human:
         # The conversation fixes the agent: the model may not aim at another agent of the user.
         args["agent"] = str(conversation.agent_id)
-    result = core_dispatch(principal=principal, tool_name=name, arguments=args, trigger=trigger)
+    try:
+        result = core_dispatch(principal=principal, tool_name=name, arguments=args, trigger=trigger)
+    except Exception:
+        # Domain errors come back as data from core_dispatch; anything else is a bug or an
+        # outage. The model gets a plain refusal (no internals), the log gets the traceback.
+        logger.exception("core tool %s failed in conversation %s", name, conversation.pk)
+        return _refusal(
+            "internal_error", f"{name} failed unexpectedly; nothing more is known.", tool=name
+        )
     if not result.get("ok"):
         return result
     body = result.get("result") or {}
