@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import conversations, runs, schedules, signals, views
+from . import conversations, runs, schedules, signals, views, webhooks
 
 app_name = "api"
 
@@ -21,6 +21,12 @@ urlpatterns = [
     path("agents/", views.AgentListView.as_view(), name="agent-list"),
     path("agents/me/", views.AgentMeView.as_view(), name="agent-me"),
     path("agents/<str:ref>/token/", views.AgentTokenView.as_view(), name="agent-token"),
+    path("agents/<str:ref>/webhook/", webhooks.AgentWebhookView.as_view(), name="agent-webhook"),
+    path(
+        "agents/<str:ref>/webhook/rotate/",
+        webhooks.AgentWebhookRotateView.as_view(),
+        name="agent-webhook-rotate",
+    ),
     path("tokens/", views.PersonalTokenListView.as_view(), name="token-list"),
     path("tokens/<int:token_id>/", views.PersonalTokenDetailView.as_view(), name="token-detail"),
     path("runs/", runs.RunListView.as_view(), name="run-list"),
