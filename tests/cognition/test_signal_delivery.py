@@ -35,6 +35,7 @@ from cognition.delivery import (
     signal_data,
     signal_delivery_sweep,
     verify_signature,
+    wakeup_redis,
 )
 from cognition.models import (
     Agent,
@@ -252,6 +253,26 @@ def attempts(delivery: SignalDelivery) -> list[DeliveryAttempt]:
     return list(DeliveryAttempt.objects.filter(delivery=delivery).order_by("number"))
 
 
+def _redis_text() -> str:
+    """Every key and value in this test run's Redis database (broker, results, wake-ups)."""
+    client = wakeup_redis()
+    parts: list[str] = []
+    for key in client.scan_iter():
+        kind = client.type(key).decode()
+        if kind == "string":
+            parts.append(repr(client.get(key)))
+        elif kind == "list":
+            parts.append(repr(client.lrange(key, 0, -1)))
+        elif kind == "hash":
+            parts.append(repr(client.hgetall(key)))
+        elif kind == "set":
+            parts.append(repr(client.smembers(key)))
+        elif kind == "zset":
+            parts.append(repr(client.zrange(key, 0, -1)))
+        parts.append(repr(key))
+    return "\n".join(parts)
+
+
 def hook_log(worker: Path) -> list[str]:
     path = worker / "hooks.log"
     return path.read_text().splitlines() if path.exists() else []
@@ -334,6 +355,7 @@ def test_a_signal_is_posted_once_signed_and_the_brain_hooks_are_called(
     assert secret not in request.body.decode() + json.dumps(request.headers)
     assert secret not in (worker / "worker.log").read_text()
     assert not DeliveryAttempt.objects.filter(error__contains=secret).exists()
+    assert secret not in _redis_text()
 
 
 def test_a_receiver_failing_twice_gets_exactly_three_attempts_with_growing_delays(
