@@ -48,6 +48,7 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from runs.models import Signal, SignalPriority
+from sandbox.egress.addresses import forbidden_reason, system_resolver
 from skills.crypto import decrypt_json, encrypt_json
 from skills.errors import CredentialsUnreadable
 
@@ -377,14 +378,56 @@ class _Result:
     final: bool = False
 
 
+def _pin_addresses(url: str) -> tuple[list[str], str, str] | _Result:
+    """(the URL once per address to try, with the host replaced by that address; the Host
+    header; the TLS server name), or the failed result when the host may not be reached.
+
+    Unless MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES, every address of the host must be public (the
+    sandbox egress rules: no loopback, private, link-local, metadata or own-host address), and
+    the request goes to an address that was checked, so a second DNS answer cannot redirect it.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        addresses = system_resolver(host, port)
+    except OSError as exc:
+        return _Result(False, error=f"cannot resolve the webhook host: {type(exc).__name__}")
+    if not addresses:
+        return _Result(False, error="the webhook host has no address")
+    if not settings.MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES:
+        for address in addresses:
+            why = forbidden_reason(address)
+            if why:
+                return _Result(
+                    False,
+                    error=(
+                        f"the webhook host resolves to a {why} address ({address}); set "
+                        "MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES=true to deliver to such receivers"
+                    ),
+                    final=True,
+                )
+    targets = []
+    for address in addresses:
+        literal = f"[{address}]" if ":" in address else address
+        netloc = f"{literal}:{parts.port}" if parts.port else literal
+        targets.append(parts._replace(netloc=netloc).geturl())
+    return targets, parts.netloc.rsplit("@", 1)[-1], host
+
+
 def _post_webhook(*, agent: Agent, signal: Signal, url: str, number: int) -> _Result:
     try:
         secret = webhook_secret(agent)
     except CredentialsUnreadable as exc:
         return _Result(False, error=f"signing secret unavailable: {exc.message}")
+    pinned = _pin_addresses(url)
+    if isinstance(pinned, _Result):
+        return pinned
+    targets, host_header, server_name = pinned
     body = signal_body(signal)
     timestamp = int(time.time())
     headers = {
+        "Host": host_header,
         "Content-Type": "application/json",
         "User-Agent": USER_AGENT,
         SIGNAL_ID_HEADER: str(signal.id),
@@ -393,23 +436,37 @@ def _post_webhook(*, agent: Agent, signal: Signal, url: str, number: int) -> _Re
         SIGNATURE_HEADER: sign(secret=secret, timestamp=timestamp, body=body),
     }
     timeout = float(settings.MOTOR_WEBHOOK_TIMEOUT_SECONDS)
-    try:
-        # Redirects are never followed: a 3xx is an answer, and not a success.
-        with (
-            httpx.Client(timeout=timeout, follow_redirects=False) as client,
-            client.stream("POST", url, content=body, headers=headers) as response,
-        ):
-            excerpt = b""
-            for chunk in response.iter_bytes():
-                excerpt += chunk
-                if len(excerpt) >= RESPONSE_EXCERPT_CHARS:
-                    break
-            code = response.status_code
-    except httpx.TimeoutException:
-        return _Result(False, error=f"timed out after {timeout:g} s")
-    except httpx.HTTPError as exc:
-        # The exception's text may repeat the URL; the class name says what went wrong.
-        return _Result(False, error=f"request failed: {type(exc).__name__}")
+    code, excerpt = 0, b""
+    for index, target in enumerate(targets):
+        try:
+            # Redirects are never followed: a 3xx is an answer, and not a success.
+            with (
+                httpx.Client(timeout=timeout, follow_redirects=False) as client,
+                client.stream(
+                    "POST",
+                    target,
+                    content=body,
+                    headers=headers,
+                    # Certificates are checked against the URL's host, not the pinned address.
+                    extensions={"sni_hostname": server_name},
+                ) as response,
+            ):
+                for chunk in response.iter_bytes():
+                    excerpt += chunk
+                    if len(excerpt) >= RESPONSE_EXCERPT_CHARS:
+                        break
+                code = response.status_code
+            break
+        except httpx.ConnectError as exc:
+            # Nothing was sent: the next address of the host may answer (IPv6, then IPv4).
+            if index + 1 < len(targets):
+                continue
+            return _Result(False, error=f"request failed: {type(exc).__name__}")
+        except httpx.TimeoutException:
+            return _Result(False, error=f"timed out after {timeout:g} s")
+        except httpx.HTTPError as exc:
+            # The exception's text may repeat the URL; the class name says what went wrong.
+            return _Result(False, error=f"request failed: {type(exc).__name__}")
     if 200 <= code < 300:
         return _Result(True, status_code=code)
     text = excerpt[:RESPONSE_EXCERPT_CHARS].decode("utf-8", "replace")

@@ -226,6 +226,11 @@ MOTOR_REAPER_INTERVAL_SECONDS = env.int("MOTOR_REAPER_INTERVAL_SECONDS", default
 # --- signal delivery to the brain (cognition.delivery, cognition.api.signals) -------------------
 # seconds one webhook POST may take (connect + send + answer) before it counts as a failed attempt
 MOTOR_WEBHOOK_TIMEOUT_SECONDS = env.float("MOTOR_WEBHOOK_TIMEOUT_SECONDS", default=10.0)
+# deliver to webhooks on loopback, private, link-local or this host's addresses (a brain on the
+# same host or network); off, such receivers are refused (no requests into the internal network)
+MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = env.bool(
+    "MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES", default=False
+)
 # attempts per signal and receiver (webhook or brain hook) before the delivery is marked failed
 MOTOR_SIGNAL_DELIVERY_MAX_ATTEMPTS = env.int("MOTOR_SIGNAL_DELIVERY_MAX_ATTEMPTS", default=8)
 # seconds before the 2nd attempt; each later wait doubles, up to the cap

@@ -24,6 +24,7 @@ def eager(settings) -> Iterator[None]:
     settings.MOTOR_SIGNAL_BACKOFF_BASE_SECONDS = 0.2
     settings.MOTOR_SIGNAL_DELIVERY_MAX_ATTEMPTS = 3
     settings.MOTOR_SIGNAL_SWEEP_GRACE_SECONDS = 0
+    settings.MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = True  # the receiver is on loopback
     before = celery_app.conf.task_always_eager
     celery_app.conf.task_always_eager = True
     yield
@@ -58,3 +59,113 @@ def test_a_failing_webhook_in_eager_mode_is_retried_by_the_sweeper_not_in_a_loop
         DeliveryAttempt.objects.filter(delivery=delivery).order_by("number").values_list("outcome")
     ) == [(AttemptOutcome.RETRY,), (AttemptOutcome.RETRY,), (AttemptOutcome.FAILED,)]
     assert len(receiver.on("/down")) == 3
+
+
+def test_a_receiver_on_a_private_address_is_refused_unless_allowed(
+    eager: None,
+    receiver: Receiver,  # noqa: F811
+    settings,
+) -> None:
+    settings.MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = False
+    agent = make_agent("scout", owner=make_user("olivia"))
+    receiver.secrets["/alpha"] = agent_set_webhook(
+        agent=agent, url=f"{receiver.base_url}/alpha", actor="t"
+    ).raw
+
+    signal = signal_emit(agent_id=agent.pk, kind="motor_result", payload={"status": "completed"})
+
+    # then the one attempt is a final failure naming why, and nothing reached the receiver
+    delivery = SignalDelivery.objects.get(signal=signal, target="webhook")
+    assert (delivery.state, delivery.attempts) == (DeliveryState.FAILED, 1)
+    (attempt,) = DeliveryAttempt.objects.filter(delivery=delivery)
+    assert attempt.outcome == AttemptOutcome.FAILED
+    assert attempt.error == (
+        "the webhook host resolves to a loopback address (127.0.0.1); set "
+        "MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES=true to deliver to such receivers"
+    )
+    assert receiver.requests == []
+
+
+def _self_signed(directory) -> tuple[str, str]:
+    """A certificate for the name localhost (not for its address) and its key, as PEM files."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            # the name only: a check against the dialled address would fail
+            x509.SubjectAlternativeName([x509.DNSName("localhost")]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(cert_path), str(key_path)
+
+
+def test_an_https_receiver_is_reached_by_name_with_its_certificate_checked(
+    eager: None, tmp_path, monkeypatch
+) -> None:
+    import ssl
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    cert, key = _self_signed(tmp_path)
+    seen: list[tuple[str, str]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            seen.append((self.path, self.headers["Host"]))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # the worker trusts the receiver's certificate (as a deployment trusts its CA)
+    monkeypatch.setenv("SSL_CERT_FILE", cert)
+    try:
+        agent = make_agent("scout", owner=make_user("olivia"))
+        agent_set_webhook(agent=agent, url=f"https://localhost:{port}/tls", actor="t")
+
+        signal = signal_emit(
+            agent_id=agent.pk, kind="motor_result", payload={"status": "completed"}
+        )
+
+        delivery = SignalDelivery.objects.get(signal=signal, target="webhook")
+        assert (delivery.state, delivery.last_error) == (DeliveryState.DELIVERED, "")
+        # the name was kept for Host and the certificate check, the checked address dialled
+        assert seen == [("/tls", f"localhost:{port}")]
+    finally:
+        server.shutdown()
+        server.server_close()

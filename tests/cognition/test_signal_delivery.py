@@ -63,6 +63,8 @@ WORKER_SETTINGS = {
     "MOTOR_SIGNAL_DELIVERY_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
     "MOTOR_WEBHOOK_TIMEOUT_SECONDS": str(TIMEOUT_S),
     "MOTOR_SIGNAL_SWEEP_GRACE_SECONDS": "0",
+    # the test receiver listens on loopback
+    "MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "true",
 }
 
 
@@ -211,7 +213,10 @@ def worker(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> I
 @pytest.fixture(autouse=True)
 def same_settings_as_the_worker(settings) -> None:
     for name, value in WORKER_SETTINGS.items():
-        setattr(settings, name, type(getattr(settings, name))(value))
+        current = getattr(settings, name)
+        setattr(
+            settings, name, value == "true" if isinstance(current, bool) else type(current)(value)
+        )
 
 
 def wait_for(predicate: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
