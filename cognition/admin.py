@@ -1,25 +1,36 @@
 """Agents in the admin console: a read-friendly list; creation goes through `agent_create`.
 
-API tokens are issued and revoked through the API's services, not here: the admin never sees a
-raw token, and the stored hash is not shown.
+API tokens are issued and revoked with actions that call the token services: a new token is shown
+once, on the page the action returns (never cached, never stored in the clear); revoking one also
+cancels the agent's in-flight runs. The stored hash is never shown.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 
 from cognition import (
     admin_schedules,  # noqa: F401 - registers the schedule pages
     admin_vault,  # noqa: F401 - registers the vault and token pages
 )
-from cognition.admin_delivery import AgentWebhookAdminMixin
+from cognition.admin_delivery import AgentWebhookAdminMixin, may_manage_webhook
 from cognition.brain import admin as brain_admin  # noqa: F401 - registers the conversation pages
 from cognition.energy import band_for, energy_level
 from cognition.models import Agent
-from cognition.services import agent_create, agent_set_relayed_consent
+from cognition.services import (
+    IssuedToken,
+    agent_create,
+    agent_issue_token,
+    agent_revoke_token,
+    agent_set_relayed_consent,
+)
+
+TOKEN_PAGE = "admin/cognition/agent/token_issued.html"  # noqa: S105 - a template path
 
 
 @admin.register(Agent)
@@ -30,6 +41,7 @@ class AgentAdmin(AgentWebhookAdminMixin, admin.ModelAdmin):
         "energy",
         "current_energy",
         "trust_level",
+        "trusted_for_relayed_consent",
         "token_state",
         "created_at",
     )
@@ -56,7 +68,44 @@ class AgentAdmin(AgentWebhookAdminMixin, admin.ModelAdmin):
         # Deleting an agent cascades to its skill policies and runs; not a console click.
         return False
 
-    actions = ["trust_relayed_consent", "withdraw_relayed_consent"]
+    actions = [
+        "issue_api_token",
+        "revoke_api_token",
+        "trust_relayed_consent",
+        "withdraw_relayed_consent",
+    ]
+
+    def _token_agents(self, request: HttpRequest, queryset: QuerySet[Agent]) -> list[Agent]:
+        """The selected agents the user may manage tokens of (owner or superuser); the rest
+        are named in a warning and left unchanged."""
+        allowed = [a for a in queryset.order_by("name") if may_manage_webhook(request.user, a)]
+        refused = sorted(set(queryset.values_list("name", flat=True)) - {a.name for a in allowed})
+        if refused:
+            messages.warning(
+                request,
+                f"Not changed (only the owner or a superuser manages tokens): {', '.join(refused)}",
+            )
+        return allowed
+
+    @admin.action(description="Issue a new API token (shown once; replaces the old one)")
+    def issue_api_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> Any:
+        issued = [
+            agent_issue_token(agent=agent, actor=request.user)
+            for agent in self._token_agents(request, queryset)
+        ]
+        if not issued:
+            return None
+        return _token_page(request, issued)
+
+    @admin.action(description="Revoke the API token (also cancels the agent's active runs)")
+    def revoke_api_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        agents = self._token_agents(request, queryset)
+        for agent in agents:
+            agent_revoke_token(agent=agent, actor=request.user)
+        if agents:
+            messages.success(
+                request, f"Token revoked for: {', '.join(agent.name for agent in agents)}"
+            )
 
     def has_trust_permission(self, request: HttpRequest) -> bool:
         # Relayed consent lets an agent approve skills for its human: a superuser decides.
@@ -93,3 +142,14 @@ class AgentAdmin(AgentWebhookAdminMixin, admin.ModelAdmin):
         created = agent_create(name=obj.name, owner=obj.owner, actor=request.user)
         obj.pk = created.pk
         obj.created_at = created.created_at
+
+
+def _token_page(request: HttpRequest, issued: list[IssuedToken]) -> HttpResponse:
+    response = TemplateResponse(
+        request,
+        TOKEN_PAGE,
+        {"issued": issued, "title": "New API token", **admin.site.each_context(request)},
+    )
+    # The token is in this one response: no cache may keep it.
+    response["Cache-Control"] = "no-store"
+    return response

@@ -54,14 +54,50 @@ def agent_issue_token(*, agent: Agent, actor: AbstractBaseUser | None) -> Issued
     return IssuedToken(agent=locked, raw=raw)
 
 
+#: the reason a run cancelled by a token revocation carries (result.failure.message, signal)
+TOKEN_REVOKED_REASON = "agent token revoked"  # noqa: S105 - a message, not a secret
+
+
 def agent_revoke_token(*, agent: Agent, actor: AbstractBaseUser | None) -> Agent:
-    """Revoke the agent's token: it stops authenticating at once."""
+    """Revoke the agent's token: it stops authenticating at once, and its in-flight runs stop.
+
+    Every active run of the agent is cancelled in the same transaction ("agent token revoked"):
+    the cancel moves the run's fencing token, so a slice in progress records nothing further
+    and its running tool call is stopped by the call watch; no next step starts. Each cancel
+    releases the agent's mutex and emits a motor_result signal on commit.
+    """
     with transaction.atomic():
         locked = Agent.objects.select_for_update().get(pk=agent.pk)
         locked.token_hash = ""
         locked.token_revoked_at = timezone.now()
         locked.save(update_fields=["token_hash", "token_revoked_at"])
+        cancelled = _cancel_active_runs(agent=locked, actor=actor, reason=TOKEN_REVOKED_REASON)
+    logger.info(
+        "agent token revoked: agent=%s actor=%s cancelled_runs=%s",
+        locked.name,
+        _actor_label(actor),
+        ",".join(cancelled) or "-",
+    )
     return locked
+
+
+def _cancel_active_runs(
+    *, agent: Agent, actor: AbstractBaseUser | str | None, reason: str
+) -> list[str]:
+    """Cancel every active run of `agent`; the ids cancelled. Caller holds a transaction."""
+    from runs.errors import InvalidTransition
+    from runs.models import ACTIVE_STATUSES, MotorRun
+    from runs.services import run_cancel
+
+    cancelled: list[str] = []
+    active = MotorRun.objects.filter(agent=agent, status__in=ACTIVE_STATUSES)
+    for run_id in active.order_by("created_at").values_list("id", flat=True):
+        try:
+            run_cancel(run_id=run_id, actor=_actor_label(actor), reason=reason, emit_signal=True)
+        except InvalidTransition:
+            continue  # it finished between the query and its row lock
+        cancelled.append(run_id)
+    return cancelled
 
 
 # --- vault -----------------------------------------------------------------------------------

@@ -1269,8 +1269,13 @@ def run_respond(*, run_id: str, answer: str, actor: str) -> RunTransitioned:
     return {"run_id": run_id, "previous_status": previous, "new_status": run.status}
 
 
-def run_cancel(*, run_id: str, actor: str, reason: str = "cancelled by request") -> RunTransitioned:
+def run_cancel(
+    *, run_id: str, actor: str, reason: str = "cancelled by request", emit_signal: bool = False
+) -> RunTransitioned:
     """Cancel a non-terminal run. Fences any slice in progress and releases the mutex.
+
+    `emit_signal=True` (a cancel the brain did not ask for, e.g. its token was revoked) also
+    emits a motor_result signal: status cancelled, `reason` as the error message.
 
     Raises InvalidTransition (nothing changed) for a terminal run.
     """
@@ -1323,6 +1328,17 @@ def run_cancel(*, run_id: str, actor: str, reason: str = "cancelled by request")
             ]
         )
         _event(run, from_status=previous, actor=actor, reason=reason)
+        if emit_signal:
+            _signal(
+                run,
+                {
+                    "run_id": run.id,
+                    "status": RunStatus.CANCELLED,
+                    "error": {"message": reason, "last_step": failure["last_step"]},
+                    "failure": failure,
+                    "result": run.result,
+                },
+            )
         agent_id, token = run.agent_id, run.lease_token
         transaction.on_commit(lambda: mutex_release(agent_id=agent_id, run_id=run_id))
         # A slice in progress is killed by its call watch; an idle run's session is closed by the
