@@ -662,3 +662,36 @@ def signal_delivery_sweep() -> dict[str, list[int]]:
                 attempt.save(update_fields=["outcome"])
             lost.append(delivery_id)
     return {"dispatched": undispatched, "requeued": stalled, "lost": lost}
+
+
+def signal_delivery_purge(*, now: datetime | None = None) -> int:
+    """Delete finished deliveries (delivered, failed, skipped) and their attempt history once
+    they are older than MOTOR_SIGNAL_DELIVERY_RETENTION_SECONDS.
+
+    A delivery is kept while its signal is within the sweeper's horizon, so the sweeper never
+    mistakes a purged signal for one that was never dispatched. The signals themselves are the
+    runtime's and stay. Returns how many deliveries were deleted (with their attempts).
+    """
+    now = now or timezone.now()
+    retention = timedelta(seconds=settings.MOTOR_SIGNAL_DELIVERY_RETENTION_SECONDS)
+    horizon = timedelta(seconds=settings.MOTOR_SIGNAL_SWEEP_HORIZON_SECONDS)
+    old = SignalDelivery.objects.filter(
+        state__in=(DeliveryState.DELIVERED, DeliveryState.FAILED, DeliveryState.SKIPPED),
+        updated_at__lt=now - retention,
+        signal__created_at__lt=now - horizon,
+    )
+    deleted = 0
+    while True:
+        batch = list(old.order_by("id").values_list("id", flat=True)[:SWEEP_BATCH])
+        if not batch:
+            break
+        with transaction.atomic():
+            DeliveryAttempt.objects.filter(delivery_id__in=batch).delete()
+            deleted += (
+                SignalDelivery.objects.filter(id__in=batch)
+                .delete()[1]
+                .get(SignalDelivery._meta.label, 0)
+            )
+    if deleted:
+        logger.info("signal deliveries purged: %d finished before %s", deleted, now - retention)
+    return deleted

@@ -122,7 +122,8 @@ class PersonalToken(models.Model):
         return f"{self.name} ({self.token_prefix}…)"
 
 
-#: how long a replayed Idempotency-Key returns the first response, seconds (24 h)
+#: how long a replayed Idempotency-Key returns the first response, seconds (24 h): the default
+#: of settings.MOTOR_IDEMPOTENCY_TTL_SECONDS
 IDEMPOTENCY_TTL_S = 24 * 3600
 
 

@@ -5,14 +5,24 @@ from __future__ import annotations
 import logging
 import secrets
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
 from . import vault
 from .errors import CredentialNotFound
-from .models import Agent, Credential, PersonalToken, hash_token, new_token
+from .models import (
+    IDEMPOTENCY_TTL_S,
+    Agent,
+    Credential,
+    IdempotencyRecord,
+    PersonalToken,
+    hash_token,
+    new_token,
+)
 from .selectors import credential_list_names, credentials_resolve  # noqa: F401 - re-exported
 
 logger = logging.getLogger(__name__)
@@ -199,3 +209,23 @@ def agent_set_relayed_consent(
         _actor_label(actor),
     )
     return locked
+
+
+# --- idempotency records -------------------------------------------------------------------
+
+
+def idempotency_ttl() -> timedelta:
+    """How long an Idempotency-Key replays its first response (MOTOR_IDEMPOTENCY_TTL_SECONDS)."""
+    return timedelta(seconds=getattr(settings, "MOTOR_IDEMPOTENCY_TTL_SECONDS", IDEMPOTENCY_TTL_S))
+
+
+def idempotency_purge(*, now: datetime | None = None) -> int:
+    """Delete the Idempotency-Key records past their TTL (their keys are free again anyway).
+
+    Returns how many were deleted. Run by celery-beat (cognition.records_purge).
+    """
+    cutoff = (now or timezone.now()) - idempotency_ttl()
+    deleted, _ = IdempotencyRecord.objects.filter(created_at__lt=cutoff).delete()
+    if deleted:
+        logger.info("idempotency records purged: %d older than %s", deleted, cutoff.isoformat())
+    return deleted

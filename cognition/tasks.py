@@ -51,3 +51,16 @@ def signal_delivery_sweep_task() -> dict[str, list[int]]:
     from cognition.delivery import signal_delivery_sweep
 
     return signal_delivery_sweep()
+
+
+@shared_task(name="cognition.records_purge", ignore_result=True)
+def records_purge_task() -> dict[str, int]:
+    """Periodic (celery-beat): delete expired Idempotency-Key records and old finished signal
+    deliveries with their attempts."""
+    from cognition.delivery import signal_delivery_purge
+    from cognition.services import idempotency_purge
+
+    return {
+        "idempotency_records": idempotency_purge(),
+        "signal_deliveries": signal_delivery_purge(),
+    }

@@ -254,6 +254,21 @@ MOTOR_SIGNAL_STREAM_MAX_SECONDS = env.int("MOTOR_SIGNAL_STREAM_MAX_SECONDS", def
 MOTOR_SIGNAL_STREAM_HEARTBEAT_SECONDS = env.float(
     "MOTOR_SIGNAL_STREAM_HEARTBEAT_SECONDS", default=15.0
 )
+# seconds a finished delivery (delivered, failed, skipped) and its attempt history are kept
+MOTOR_SIGNAL_DELIVERY_RETENTION_SECONDS = env.int(
+    "MOTOR_SIGNAL_DELIVERY_RETENTION_SECONDS", default=30 * 86400
+)
+# seconds an Idempotency-Key replays its first response; older records are purged
+MOTOR_IDEMPOTENCY_TTL_SECONDS = env.int("MOTOR_IDEMPOTENCY_TTL_SECONDS", default=86400)
+# seconds between purges of expired idempotency records and old deliveries (celery-beat)
+MOTOR_PURGE_INTERVAL_SECONDS = env.int("MOTOR_PURGE_INTERVAL_SECONDS", default=3600)
+for _name in (
+    "MOTOR_SIGNAL_DELIVERY_RETENTION_SECONDS",
+    "MOTOR_IDEMPOTENCY_TTL_SECONDS",
+    "MOTOR_PURGE_INTERVAL_SECONDS",
+):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name} must be at least 1 second.")
 for _name in (
     "MOTOR_WEBHOOK_TIMEOUT_SECONDS",
     "MOTOR_SIGNAL_BACKOFF_BASE_SECONDS",
@@ -278,6 +293,10 @@ CELERY_BEAT_SCHEDULE = {
     "signal-delivery-sweeper": {
         "task": "cognition.signal_delivery_sweep",
         "schedule": float(MOTOR_SIGNAL_SWEEP_INTERVAL_SECONDS),
+    },
+    "records-purge": {
+        "task": "cognition.records_purge",
+        "schedule": float(MOTOR_PURGE_INTERVAL_SECONDS),
     },
 }
 

@@ -17,7 +17,6 @@ import hashlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from typing import Any
 
 from django.db import connection
@@ -34,7 +33,8 @@ from rest_framework.response import Response
 from cognition import core
 from cognition.consent import TRIGGER_HEADER
 from cognition.errors import CognitionError
-from cognition.models import IDEMPOTENCY_TTL_S, IdempotencyRecord
+from cognition.models import IdempotencyRecord
+from cognition.services import idempotency_ttl
 from cognition.tools import core_tool_schemas
 from runs.models import Attempt, MotorRun, RunStatus, Trigger
 
@@ -330,9 +330,7 @@ class RunListView(PrincipalAPIView):
         ).hexdigest()
         with _key_lock(scope, key):
             record = IdempotencyRecord.objects.filter(scope=scope, key=key).first()
-            if record is not None and record.created_at < timezone.now() - timedelta(
-                seconds=IDEMPOTENCY_TTL_S
-            ):
+            if record is not None and record.created_at < timezone.now() - idempotency_ttl():
                 record.delete()  # expired: the key is free again
                 record = None
             if record is not None:
