@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 
+from sandbox.egress.addresses import Resolver, static_hosts, static_resolver
 from sandbox.types import Backend, SandboxError
 
 BACKEND_NAMES = ("bwrap", "docker", "local")
@@ -22,6 +23,7 @@ _CONFIG_VARS = (
     "DOCKER_HOST",
     "DOCKER_TLS_VERIFY",
     "DOCKER_CERT_PATH",
+    "MOTOR_SANDBOX_EGRESS_HOSTS",
 )
 _cache: dict[tuple[object, ...], Backend] = {}
 _cache_lock = threading.Lock()
@@ -43,11 +45,24 @@ def get_backend(name: str, *, allow_local: bool = False) -> Backend:
         return cached
 
 
+def _configured_resolver() -> Resolver | None:
+    """The egress proxy's resolver: MOTOR_SANDBOX_EGRESS_HOSTS (``name=address,…``, like an
+    /etc/hosts only the sandboxes see) in front of the system resolver; None when unset."""
+    spec = os.environ.get("MOTOR_SANDBOX_EGRESS_HOSTS", "").strip()
+    if not spec:
+        return None
+    try:
+        table = static_hosts(spec)
+    except ValueError as exc:
+        raise SandboxError(f"MOTOR_SANDBOX_EGRESS_HOSTS: {exc}") from None
+    return static_resolver(table)
+
+
 def _create_backend(name: str, *, allow_local: bool) -> Backend:
     if name == "bwrap":
         from sandbox.backends.bwrap import BwrapBackend
 
-        return BwrapBackend()
+        return BwrapBackend(egress_resolver=_configured_resolver())
     if name == "docker":
         try:
             from sandbox.backends import docker as docker_module
@@ -56,7 +71,7 @@ def _create_backend(name: str, *, allow_local: bool) -> Backend:
         backend_cls = getattr(docker_module, "DockerBackend", None)
         if backend_cls is None:
             raise SandboxError("sandbox.backends.docker defines no DockerBackend")
-        backend: Backend = backend_cls()
+        backend: Backend = backend_cls(egress_resolver=_configured_resolver())
         return backend
     if name == "local":
         if not allow_local:

@@ -195,3 +195,40 @@ def system_resolver(host: str, port: int) -> list[str]:
         if address not in seen:
             seen.append(address)
     return seen
+
+
+def static_hosts(spec: str) -> dict[str, list[str]]:
+    """Parse ``name=address[|address…],…`` (MOTOR_SANDBOX_EGRESS_HOSTS) into {name: [address]}.
+
+    Names are lowercased; every address must be an IP literal. Raises ValueError naming the
+    entry that is wrong. The addresses are still checked by the egress rules when dialled: a
+    static entry can point a name somewhere, never open a forbidden range."""
+    table: dict[str, list[str]] = {}
+    for raw in spec.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        name, sep, addresses = entry.partition("=")
+        name = name.strip().lower().rstrip(".")
+        if not sep or not name or not addresses.strip():
+            raise ValueError(f"egress host entry {entry!r}: expected name=address")
+        parsed = []
+        for address in addresses.split("|"):
+            try:
+                parsed.append(str(ipaddress.ip_address(address.strip())))
+            except ValueError:
+                raise ValueError(
+                    f"egress host entry {entry!r}: {address.strip()!r} is not an IP address"
+                ) from None
+        table[name] = parsed
+    return table
+
+
+def static_resolver(table: dict[str, list[str]], fallback: Resolver = system_resolver) -> Resolver:
+    """A Resolver answering names of `table` from it and every other name with `fallback`."""
+
+    def resolve(host: str, port: int) -> list[str]:
+        found = table.get(host.lower().rstrip("."))
+        return list(found) if found is not None else fallback(host, port)
+
+    return resolve

@@ -141,3 +141,54 @@ def test_connect_checked_raises_with_the_refusing_decision(
     # then
     assert caught.value.decision.reason == reason
     assert caught.value.decision.allowed is False
+
+
+def test_static_egress_hosts_answer_their_names_and_leave_the_rest_to_dns() -> None:
+    from sandbox.egress.addresses import static_hosts, static_resolver
+
+    table = static_hosts(
+        " api.agentmail.to=203.0.113.6, Docs.Example.ORG.=203.0.113.6|2001:db8::1 ,"
+    )
+    assert table == {
+        "api.agentmail.to": ["203.0.113.6"],
+        "docs.example.org": ["203.0.113.6", "2001:db8::1"],
+    }
+    asked: list[tuple[str, int]] = []
+
+    def dns(host: str, port: int) -> list[str]:
+        asked.append((host, port))
+        return ["198.51.100.7"]
+
+    resolve = static_resolver(table, fallback=dns)
+    assert resolve("API.agentmail.to.", 80) == ["203.0.113.6"]
+    assert resolve("other.to", 443) == ["198.51.100.7"]
+    assert asked == [("other.to", 443)]
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("api.agentmail.to", "egress host entry 'api.agentmail.to': expected name=address"),
+        ("a.to=", "egress host entry 'a.to=': expected name=address"),
+        ("a.to=b.to", "egress host entry 'a.to=b.to': 'b.to' is not an IP address"),
+    ],
+)
+def test_a_bad_static_egress_host_entry_is_named(spec: str, message: str) -> None:
+    from sandbox.egress.addresses import static_hosts
+
+    with pytest.raises(ValueError) as refused:
+        static_hosts(spec)
+    assert str(refused.value) == message
+
+
+def test_a_bad_egress_hosts_setting_stops_the_backend_from_starting(monkeypatch) -> None:
+    from sandbox.backends import get_backend
+    from sandbox.types import SandboxError
+
+    monkeypatch.setenv("MOTOR_SANDBOX_EGRESS_HOSTS", "api.agentmail.to=nowhere")
+    with pytest.raises(SandboxError) as refused:
+        get_backend("bwrap")
+    assert str(refused.value) == (
+        "MOTOR_SANDBOX_EGRESS_HOSTS: egress host entry 'api.agentmail.to=nowhere': 'nowhere' is "
+        "not an IP address"
+    )
