@@ -136,6 +136,26 @@ def warm_call(backend_name: str, n: int) -> list[float]:
             session.close()
 
 
+def warm_read(backend_name: str, n: int) -> list[float]:
+    """The `read` file tool on a small file, through the tool executor, in a warm session."""
+    from sandbox.tools.executors import execute_tool
+
+    backend = make_backend(backend_name)
+    with workspace() as ws:
+        (ws / "notes.txt").write_text("a small file\n" * 8)
+        session = backend.open(SessionSpec(workspace=ws))
+        try:
+
+            def call() -> None:
+                result = execute_tool(session, "read", {"path": "notes.txt"}, network_enabled=False)
+                if not result.ok:
+                    raise RuntimeError(f"read failed in the sandbox: {result.output}")
+
+            return timed(call, n)
+        finally:
+            session.close()
+
+
 def cold_network_session(n: int) -> list[float]:
     backend = make_backend("bwrap")
     policy = NetworkPolicy(allowed_domains=("example.com",))
@@ -238,6 +258,7 @@ def main() -> int:
     add("plain", "plain subprocess exec of `true`", lambda: plain_exec(200 // k))
     add("raw_bwrap", "raw `bwrap --unshare-all ... true`", lambda: raw_bwrap(100 // k))
     add("warm_bwrap", "warm bwrap session call of `true`", lambda: warm_call("bwrap", 200 // k))
+    add("read_bwrap", "warm bwrap read of a small file", lambda: warm_read("bwrap", 200 // k))
     add(
         "cold_bwrap",
         "cold bwrap session + first call (egress bridge on)",
@@ -245,6 +266,7 @@ def main() -> int:
     )
     add("docker_run", f"`docker run --rm {IMAGE} true`", lambda: docker_run(10 // k or 3))
     add("warm_docker", "warm docker session call of `true`", lambda: warm_call("docker", 100 // k))
+    add("read_docker", "warm docker read of a small file", lambda: warm_read("docker", 100 // k))
     tls: dict[str, list[float]] = {}
 
     def tls_body(which: int) -> list[float]:
@@ -270,6 +292,8 @@ def main() -> int:
 
     ratios = [
         ("warm bwrap call / plain exec", "warm_bwrap", "plain", "<=", 1.5),
+        ("warm bwrap read / warm bwrap `true` call", "read_bwrap", "warm_bwrap", "<=", 1.5),
+        ("warm docker read / warm docker `true` call", "read_docker", "warm_docker", "<=", 1.5),
         ("cold bwrap session / raw bwrap", "cold_bwrap", "raw_bwrap", "<=", 2.0),
         ("docker run / cold bwrap session", "docker_run", "cold_bwrap", ">=", 30.0),
         ("proxied / direct TLS connection", "tls_proxied", "tls_direct", "<=", 1.6),

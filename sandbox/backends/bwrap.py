@@ -387,9 +387,11 @@ class BwrapSession:
         lease: _UidLease | None,
         proxy: Any,
         log_path: Path,
+        sandbox_uids: range | None = None,
     ) -> None:
         self.id = session_id
         self.spec = spec
+        self._sandbox_uids = sandbox_uids if sandbox_uids is not None else range(0)
         self.host_uid = lease.uid if lease else os.geteuid()
         self._proc = proc
         self._runtime_dir = runtime_dir
@@ -471,6 +473,37 @@ class BwrapSession:
         if reply.get("op") != "ready":
             raise SandboxError(f"sandbox failed to start: {reply.get('message', reply)}")
 
+    def _reclaim_workspace(self) -> None:
+        """Give the workspace back to this session's uid when another session took it.
+
+        Two sessions may share a workspace one call at a time: a run's session stays warm in
+        one worker process while a slice of the same run in another process opens its own, with
+        another leased uid, and chowns the workspace to it. Back in the first session, the
+        sandbox uid could no longer enter /workspace (mode 0700) or change the files the other
+        one made. Whoever runs a call owns the workspace for it: one lstat per call, a chown of
+        the tree only when the owner changed."""
+        if self._lease is None:
+            return
+        workspace = Path(self.spec.workspace)
+        try:
+            owner = os.lstat(workspace).st_uid
+        except OSError:
+            return  # gone: the call reports it
+        if owner != self._lease.uid:
+            logger.info(
+                "session %s: workspace %s belonged to uid %s; handing it back to uid %s",
+                self.id,
+                workspace,
+                owner,
+                self._lease.uid,
+            )
+            try:
+                _chown_tree(workspace, self._lease.uid, self._lease.uid, self._sandbox_uids)
+            except OSError as exc:
+                raise SandboxError(
+                    f"cannot hand workspace {workspace} to the sandbox uid: {exc}"
+                ) from exc
+
     # ------------------------------------------------------------------ Session API
 
     @property
@@ -486,6 +519,7 @@ class BwrapSession:
             if self._closed:
                 raise SandboxError(f"sandbox session {self.id} is closed")
             self.last_used = time.monotonic()
+            self._reclaim_workspace()
             try:
                 frame = encode_frame(message)
             except ProtocolError as exc:
@@ -822,6 +856,7 @@ class BwrapBackend:
                 lease=lease,
                 proxy=proxy,
                 log_path=log_path,
+                sandbox_uids=self._uids,
             )
         except BaseException:
             for fd in fds:

@@ -67,7 +67,9 @@ CPU (SIGXCPU at cpu_seconds, SIGKILL one second later), CORE=0; no_new_privs and
 the seccomp filter of ``seccomp.py`` (no AF_UNIX/AF_NETLINK/AF_PACKET/AF_VSOCK sockets, no
 io_uring, ptrace, keyctl, mount, namespaces, bpf, no change of any rlimit, ...). In serve mode a
 command normally starts by vfork + exec from the spawner thread and inherits its limits (see
-``Runner``): a warm call costs about one plain fork/exec. The environment ``config.env`` +
+``Runner``): a warm call costs about one plain fork/exec. The file operations of tools.py are
+answered by a forked child of the supervisor that sets the same limits and filter and never
+execs (see ``Runner``): a warm file call costs about one fork. The environment ``config.env`` +
 ``exec.env`` and nothing else. stdout and stderr are each kept up to the output limit
 (``exec.output_limit`` or ``limits.output_bytes``, at most ``MAX_OUTPUT_BYTES``); the rest is read and discarded, and
 ``truncated`` is set. On the wall-clock deadline every process is SIGKILLed and ``timed_out`` is
@@ -83,8 +85,10 @@ from __future__ import annotations
 import array
 import base64
 import binascii
+import dataclasses
 import errno
 import fcntl
+import gc
 import json
 import os
 import resource
@@ -100,7 +104,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 #: the biggest frame either side accepts (64 MiB)
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -636,6 +640,54 @@ def _result(
     }
 
 
+class _ForkedChild:
+    """The part of the Popen interface `Runner._supervise` uses, for a child forked without exec
+    (see `Runner._fork_file_op`)."""
+
+    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes]) -> None:
+        self.pid = pid
+        self.stdin: IO[bytes] | None = stdin
+        self.stdout: IO[bytes] | None = stdout
+        self.stderr: IO[bytes] | None = stderr
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            pid, status = os.waitpid(self.pid, 0)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _close_other_fds() -> None:
+    """Close every descriptor but 0, 1 and 2 (in a forked child: the host's stream, the egress
+    bridge's sockets, ... must not stay reachable)."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        os.closerange(3, 65536)
+        return
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
 class Runner:
     """Runs one command at a time under the session's limits.
 
@@ -647,7 +699,16 @@ class Runner:
     the same values (RLIMIT_CPU's SIGKILL one second past the soft limit), as the slow path sets
     them. The slow path (a full fork that sets the limits and the filter before exec) is taken
     when this process could not hold the limits itself for that instant: its own address space
-    or CPU time too close to the command's limits, or the fork refused under them."""
+    or CPU time too close to the command's limits, or the fork refused under them.
+
+    File operations (the ``read``/``write``/``edit``/``list``/``glob``/``grep`` requests of
+    tools.py, recognised by their exact argv) are served in serve mode without starting a new
+    interpreter: a forked child of this process sets the limits and the command filter exactly as
+    the slow path does before its exec, then answers the request with tools.py's own code
+    (imported here once, on the first such call) and exits. It is a command like any other to
+    the rest of the call: its own session, the same timeout, output cap, workspace quota and
+    process sweep. It stays non-dumpable (no exec resets that), so no other process of the
+    sandbox can read the copy of this process's memory it holds."""
 
     def __init__(
         self, config: Config, *, inherit: bool = False, host_fd: int | None = None
@@ -659,6 +720,9 @@ class Runner:
         self._host_fd = host_fd
         self._child_setup = _ChildSetup()
         self._spawner = _Spawner() if inherit else None
+        #: tools.py, loaded on the first file operation (serve mode only)
+        self._tools: ModuleType | None = None
+        self._tools_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools.py")
         #: this process's own limits, restored after each fast-path spawn
         self._own = {res: resource.getrlimit(res) for res, _s, _h in limit_targets(config, 0)}
 
@@ -751,11 +815,98 @@ class Runner:
             preexec_fn=self._child_setup,  # noqa: PLW1509 - limits must be set pre-exec
         )
 
+    def _file_op(self, spec: ExecSpec) -> str | None:
+        """The tools.py file operation `spec` asks for, when it may be served by a fork."""
+        argv = spec.argv
+        if (
+            self._spawner is None
+            or len(argv) != 5
+            or argv[0] not in ("/usr/bin/python3", sys.executable)
+            or argv[1:3] != ["-I", "-B"]
+            or argv[3] != self._tools_path
+        ):
+            return None
+        if self._tools is None:
+            try:
+                self._tools = _load_sibling("tools")
+            except Exception:  # noqa: BLE001 - the interpreter then reports what is wrong
+                return None
+        ops: frozenset[str] = self._tools.FILE_OPS
+        return argv[4] if argv[4] in ops else None
+
+    def _fork_file_op(self, spec: ExecSpec, op: str, targets: LimitTargets) -> _ForkedChild:
+        """Start a forked child that answers file operation `op` as tools.py would (see the
+        class docstring). Raises OSError when the fork or a pipe failed (nothing started)."""
+        tools = self._tools
+        assert tools is not None
+        self._child_setup.prepare(targets)
+        setup = self._child_setup
+        pipes: list[int] = []
+        try:
+            for _ in range(3):
+                pipes.extend(os.pipe())
+            pid = os.fork()
+        except BaseException:
+            for fd in pipes:
+                os.close(fd)
+            raise
+        in_r, in_w, out_r, out_w, err_r, err_w = pipes
+        if pid == 0:  # the child: never returns
+            status = 1
+            try:
+                # nothing of the parent's other threads runs here; no finalizer of their
+                # objects may close a descriptor number this child reuses
+                gc.disable()
+                os.setsid()
+                os.dup2(in_r, 0)
+                os.dup2(out_w, 1)
+                os.dup2(err_w, 2)
+                _close_other_fds()
+                setup()
+                try:
+                    os.chdir(spec.cwd)
+                except OSError as exc:
+                    _write_all(2, f"working directory {spec.cwd}: {exc.strerror}".encode())
+                    status = 126
+                    raise SystemExit from None
+                os.environ.clear()
+                os.environ.update(spec.env)
+                vars(tools)["WORKSPACE"] = spec.env.get("MOTOR_WORKSPACE", "/workspace")
+                _write_all(1, tools.respond(op, spec.stdin).encode())
+                status = 0
+            except SystemExit:
+                pass
+            except BaseException:  # noqa: BLE001 - reported on stderr like an interpreter would
+                try:
+                    import traceback
+
+                    _write_all(2, traceback.format_exc().encode(errors="replace"))
+                except BaseException:  # noqa: BLE001, S110 - nothing left to report it to
+                    pass
+            finally:
+                os._exit(status)
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+        return _ForkedChild(
+            pid, os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb")
+        )
+
     def run(self, spec: ExecSpec) -> dict[str, Any]:
         started = time.monotonic()
         targets = limit_targets(self.config, self._file_size_cap())
         try:
-            proc = self._start(spec, targets)
+            op = self._file_op(spec)
+            proc: subprocess.Popen[bytes] | _ForkedChild | None = None
+            if op is not None:
+                try:
+                    proc = self._fork_file_op(spec, op, targets)
+                except OSError:
+                    proc = None  # not started: a fresh interpreter answers instead
+                else:
+                    # the child holds the request in its copy of memory, not on its stdin
+                    spec = dataclasses.replace(spec, stdin=b"")
+            if proc is None:
+                proc = self._start(spec, targets)
         except FileNotFoundError as exc:
             if exc.filename == spec.cwd:
                 msg = f"working directory {spec.cwd} does not exist"
@@ -763,7 +914,10 @@ class Runner:
             msg = f"{spec.argv[0]}: command not found"
             return _result(exit_code=127, stderr=msg.encode(), error=("not_found", msg))
         except (PermissionError, IsADirectoryError, NotADirectoryError) as exc:
-            msg = f"{spec.argv[0]}: {exc.strerror or exc}"
+            if exc.filename == spec.cwd:
+                msg = f"working directory {spec.cwd}: {exc.strerror or exc}"
+            else:
+                msg = f"{spec.argv[0]}: {exc.strerror or exc}"
             return _result(exit_code=126, stderr=msg.encode(), error=("denied", msg))
         except OSError as exc:
             msg = f"{spec.argv[0]}: cannot execute: {exc.strerror or exc}"
@@ -774,7 +928,7 @@ class Runner:
         return self._supervise(proc, spec, started)
 
     def _supervise(
-        self, proc: subprocess.Popen[bytes], spec: ExecSpec, started: float
+        self, proc: subprocess.Popen[bytes] | _ForkedChild, spec: ExecSpec, started: float
     ) -> dict[str, Any]:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         limit = spec.output_limit

@@ -1,6 +1,9 @@
 """File, fetch and shell operations run inside the sandbox (standard library only).
 
 Invoked as ``/usr/bin/python3 -I -B /opt/motor-cortex/tools.py OP`` with one JSON object on stdin.
+A resident supervisor answers exactly that request for the file operations (``FILE_OPS``) without
+a new interpreter: a forked child of itself, under the same limits and seccomp filter as any
+command, calls ``respond`` (see supervisor.py). The answer is the same either way.
 
 ``read``, ``write``, ``edit``, ``list``, ``glob``, ``grep`` and ``fetch`` print one JSON object::
 
@@ -807,28 +810,58 @@ OPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
-def main(argv: list[str]) -> int:
-    op = argv[0] if argv else ""
+#: the operations a resident supervisor may serve in a forked child of itself instead of a fresh
+#: interpreter (see supervisor.py): they read only their request and the workspace
+FILE_OPS = frozenset({"read", "write", "edit", "list", "glob", "grep"})
+
+
+def respond(op: str, raw: bytes) -> str:
+    """The JSON answer (one object) to request `raw` of operation `op` (any but ``bash``)."""
     try:
-        request = json.loads(sys.stdin.buffer.read() or b"{}")
+        request = json.loads(raw or b"{}")
         if not isinstance(request, dict):
             raise ValueError("the request must be a JSON object")
     except ValueError as exc:
-        print(json.dumps(_result(f"malformed request: {exc}", ok=False, error_code="invalid_args")))
-        return 0
+        return json.dumps(_result(f"malformed request: {exc}", ok=False, error_code="invalid_args"))
     try:
-        if op == "bash":
-            return op_bash(request)
         handler = OPS.get(op)
         if handler is None:
             raise ToolError("invalid_args", f"unknown operation {op!r}")
         result = handler(request)
-    except ToolError as exc:
-        result = _result(exc.message, ok=False, error_code=exc.code, retryable=exc.retryable)
-    except OSError as exc:
-        code = "too_large" if exc.errno in (errno.EFBIG, errno.ENOSPC, errno.EDQUOT) else "denied"
-        result = _result(f"{exc.strerror or exc}", ok=False, error_code=code)
-    sys.stdout.write(json.dumps(result))
+    except (ToolError, OSError) as exc:
+        result = _error_result(exc)
+    return json.dumps(result)
+
+
+def _error_result(exc: ToolError | OSError) -> dict[str, Any]:
+    if isinstance(exc, ToolError):
+        return _result(exc.message, ok=False, error_code=exc.code, retryable=exc.retryable)
+    code = "too_large" if exc.errno in (errno.EFBIG, errno.ENOSPC, errno.EDQUOT) else "denied"
+    return _result(f"{exc.strerror or exc}", ok=False, error_code=code)
+
+
+def main(argv: list[str]) -> int:
+    op = argv[0] if argv else ""
+    raw = sys.stdin.buffer.read()
+    if op == "bash":
+        try:
+            request = json.loads(raw or b"{}")
+            if not isinstance(request, dict):
+                raise ValueError("the request must be a JSON object")
+        except ValueError as exc:
+            print(
+                json.dumps(
+                    _result(f"malformed request: {exc}", ok=False, error_code="invalid_args")
+                )
+            )
+            return 0
+        try:
+            return op_bash(request)
+        except (ToolError, OSError) as exc:
+            sys.stdout.write(json.dumps(_error_result(exc)))
+            sys.stdout.flush()
+            return 0
+    sys.stdout.write(respond(op, raw))
     sys.stdout.flush()
     return 0
 

@@ -20,6 +20,7 @@ import pytest
 from sandbox.backends import get_backend
 from sandbox.backends.bwrap import BwrapBackend, BwrapSession
 from sandbox.session import SessionRegistry, open_session
+from sandbox.tools import execute_tool
 from sandbox.types import ExecRequest, Limits, SandboxError, SessionSpec
 from tests.sandbox.conftest import SandboxFactory, py, py_json
 
@@ -160,6 +161,48 @@ def test_each_session_gets_its_own_host_uid(open_sandbox: SandboxFactory) -> Non
     assert isinstance(first, BwrapSession) and isinstance(second, BwrapSession)
     assert first.host_uid != second.host_uid
     assert first.host_uid != 0 and second.host_uid != 0
+
+
+def test_sessions_taking_turns_on_one_workspace_can_each_use_it(
+    open_sandbox: SandboxFactory, workspace: Path
+) -> None:
+    # given a private workspace (mode 0700, as runs create them) and two warm sessions on it, as
+    # two worker processes hold them for one run whose slices move between the processes; each
+    # session has its own host uid, and opening the second one gave the workspace to its uid
+    workspace.chmod(0o700)
+    first = open_sandbox(workspace=workspace)
+    second = open_sandbox(workspace=workspace)
+    assert isinstance(first, BwrapSession) and isinstance(second, BwrapSession)
+    assert first.host_uid != second.host_uid
+
+    def tool(session: BwrapSession, name: str, **args: object) -> tuple[bool, str]:
+        result = execute_tool(session, name, args, network_enabled=False)
+        return result.ok, result.output
+
+    # when they take turns with file tools and a command
+    steps = [
+        tool(first, "write", path="notes.txt", content="one\n"),
+        tool(second, "edit", path="notes.txt", old_string="one", new_string="two"),
+        tool(first, "edit", path="notes.txt", old_string="two", new_string="three"),
+    ]
+    made = first.exec(ExecRequest(argv=["/usr/bin/python3", "-c", "open('made', 'w').close()"]))
+    steps.append(tool(second, "read", path="notes.txt"))
+    # then every call worked; before, the first session's uid could no longer enter /workspace
+    # ("/usr/bin/python3: Permission denied", exit 126)
+    assert steps == [
+        (True, "wrote 4 bytes to notes.txt"),
+        (True, "edited notes.txt: replaced 1 occurrence at line 1"),
+        (True, "edited notes.txt: replaced 1 occurrence at line 1"),
+        (True, "three\n"),
+    ]
+    assert (made.exit_code, made.stderr) == (0, b"")
+    # and the workspace belongs to the sandbox uid of the session that used it last
+    owners = {p.name: p.stat().st_uid for p in [workspace, *workspace.iterdir()]}
+    assert owners == {
+        "workspace": second.host_uid,
+        "notes.txt": second.host_uid,
+        "made": second.host_uid,
+    }
 
 
 def test_sandbox_that_cannot_start_raises_sandbox_error(tmp_path: Path) -> None:
@@ -683,6 +726,7 @@ def test_get_backend_keeps_one_instance_per_name_options_and_configuration(
     again = get_backend("bwrap")
     local = get_backend("local", allow_local=True)
     local_again = get_backend("local", allow_local=True)
+    configured = os.environ.get("MOTOR_SANDBOX_RUNTIME_DIR")
     monkeypatch.setenv("MOTOR_SANDBOX_RUNTIME_DIR", str(tmp_path / "other-runtime"))
     reconfigured = get_backend("bwrap")
     # then the same name and configuration give the same instance, anything else a new one
@@ -690,7 +734,10 @@ def test_get_backend_keeps_one_instance_per_name_options_and_configuration(
     assert local is not first and local_again is local
     assert reconfigured is not first
     assert get_backend("bwrap") is reconfigured
-    monkeypatch.delenv("MOTOR_SANDBOX_RUNTIME_DIR")
+    if configured is None:
+        monkeypatch.delenv("MOTOR_SANDBOX_RUNTIME_DIR")
+    else:
+        monkeypatch.setenv("MOTOR_SANDBOX_RUNTIME_DIR", configured)
     assert get_backend("bwrap") is first
     # and a refused backend is never cached as if it had been created
     with pytest.raises(SandboxError, match="off"):

@@ -6,6 +6,7 @@ Confinement is shown on the host's bytes and inside the sandbox, not only by ref
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ import pytest
 
 from sandbox.backends import get_backend
 from sandbox.tools import execute_tool
-from sandbox.types import ErrorCode, ExecRequest, Session, SessionSpec, ToolResult
+from sandbox.types import ErrorCode, ExecRequest, Limits, Session, SessionSpec, ToolResult
 
 OpenSession = Callable[[Path], Session]
 
@@ -307,3 +308,91 @@ def test_grep_results_are_capped(ws: Path, open_session: OpenSession) -> None:
     assert len(lines) == 201
     assert lines[0] == "log.txt:1: match 0"
     assert lines[-1] == "[stopped at 200 matches]"
+
+
+TOOLS_PY = "/opt/motor-cortex/tools.py"
+
+
+def helper(session: Session, python: str, op: str, **args: object) -> tuple[int | None, bytes]:
+    """Run the in-sandbox helper directly: with /usr/bin/python3 (the executors' exact argv, which
+    the resident supervisor answers from a forked child of itself) or with a bare `python3`
+    (never recognised: a fresh interpreter is exec'd)."""
+    result = session.exec(
+        ExecRequest(
+            argv=[python, "-I", "-B", TOOLS_PY, op],
+            stdin=json.dumps(args).encode(),
+            timeout_s=20,
+        )
+    )
+    return result.exit_code, result.stdout
+
+
+def test_file_tools_answer_exactly_as_a_fresh_interpreter_would(
+    ws: Path, open_session: OpenSession
+) -> None:
+    # given a small tree, a symlink leading out and a binary file
+    (ws / "src").mkdir()
+    (ws / "src" / "main.py").write_text("import os\nprint('hi')\n")
+    (ws / "notes.txt").write_text("one\ntwo\nthree\n")
+    (ws / "blob.bin").write_bytes(b"\x00\x01")
+    (ws / "out").symlink_to("/etc")
+    session = open_session(ws)
+    requests: list[tuple[str, dict[str, object]]] = [
+        ("read", {"path": "notes.txt", "offset": 2}),
+        ("read", {"path": "out/passwd"}),
+        ("read", {"path": "../etc/passwd"}),
+        ("read", {"path": "blob.bin"}),
+        ("read", {"path": "missing.txt"}),
+        ("list", {}),
+        ("glob", {"pattern": "**/*.py"}),
+        ("grep", {"pattern": "t", "path": "notes.txt"}),
+        ("grep", {"pattern": "("}),
+        ("write", {"path": "out/x", "content": "no"}),
+        ("edit", {"path": "notes.txt", "old_string": "absent", "new_string": "x"}),
+        ("nonsense", {}),
+    ]
+    for op, args in requests:
+        # when the same request is answered by the supervisor and by a fresh interpreter
+        served = helper(session, "/usr/bin/python3", op, **args)
+        fresh = helper(session, "python3", op, **args)
+        # then both answers are byte-identical
+        assert served == fresh, (op, args)
+        assert served[0] == 0
+    # and writes and edits land the same way through both
+    assert helper(session, "/usr/bin/python3", "write", path="a/one.txt", content="x\n")[0] == 0
+    assert helper(session, "python3", "write", path="a/two.txt", content="x\n")[0] == 0
+    assert (ws / "a" / "one.txt").read_bytes() == (ws / "a" / "two.txt").read_bytes() == b"x\n"
+    served_edit = helper(
+        session, "/usr/bin/python3", "edit", path="a/one.txt", old_string="x", new_string="y"
+    )
+    fresh_edit = helper(
+        session, "python3", "edit", path="a/two.txt", old_string="x", new_string="y"
+    )
+    assert served_edit[1].replace(b"one", b"two") == fresh_edit[1]
+    assert (ws / "a" / "one.txt").read_bytes() == (ws / "a" / "two.txt").read_bytes() == b"y\n"
+
+
+@pytest.mark.parametrize("backend", ["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def test_a_file_tool_is_held_to_the_sessions_file_size_limit(ws: Path, backend: str) -> None:
+    # given a session whose files may be at most 4 KiB
+    (ws / "keep.txt").write_text("original\n")
+    spec = SessionSpec(workspace=ws, limits=Limits(file_size_bytes=4096))
+    with get_backend(backend).open(spec) as session:
+        # when the write tool writes 8 KiB, new and over an existing file
+        new = run(session, "write", path="big.txt", content="x" * 8192)
+        over = run(session, "write", path="keep.txt", content="y" * 8192)
+        small = run(session, "write", path="small.txt", content="z" * 4096)
+    # then both are refused as too large and nothing changed; a write within the limit works
+    assert (new.ok, new.error_code, new.output) == (
+        False,
+        ErrorCode.TOO_LARGE,
+        "big.txt: File too large",
+    )
+    assert (over.ok, over.error_code, over.output) == (
+        False,
+        ErrorCode.TOO_LARGE,
+        "keep.txt: File too large",
+    )
+    assert small.ok
+    assert sorted(p.name for p in ws.iterdir()) == ["keep.txt", "small.txt"]
+    assert (ws / "keep.txt").read_text() == "original\n"
