@@ -582,8 +582,12 @@ def sweep_processes(keep: int | None = None) -> bool:
 
 def _sweep(keep: int | None) -> tuple[bool, bool]:
     """sweep_processes(); also says whether there was nothing at all to kill or reap."""
-    protected = _protected_pids()
     uid = os.getuid()
+    if uid == 0 or os.geteuid() == 0:
+        # as root (this code used outside a sandbox) "every process this uid may signal" is
+        # every process of the machine
+        raise PermissionError("refusing to sweep processes as root")
+    protected = _protected_pids()
     deadline = time.monotonic() + SWEEP_GRACE_S
     while True:
         ancestors_only = protected == {1, os.getpid()}
