@@ -90,6 +90,7 @@ import errno
 import fcntl
 import gc
 import json
+import marshal
 import os
 import resource
 import select
@@ -393,7 +394,7 @@ class _ChildSetup:
         seccomp = _load_sibling("seccomp")
         self._filter = seccomp.prepare()
         #: the limits to set in the child; chosen per call by `prepare`
-        self._targets: LimitTargets = []
+        self.targets: LimitTargets = []
 
     def prepare(self, targets: LimitTargets) -> None:
         """Choose what the child must set. A limit this process already holds at least as tight
@@ -407,10 +408,10 @@ class _ChildSetup:
             if _at_most(cur_soft, soft) and (refused or _at_most(cur_hard, hard)):
                 continue
             needed.append((res, soft, hard))
-        self._targets = needed
+        self.targets = needed
 
     def __call__(self) -> None:
-        for res, soft, hard in self._targets:
+        for res, soft, hard in self.targets:
             resource.setrlimit(res, (soft, hard))
         self._filter.install()
 
@@ -644,12 +645,16 @@ def _result(
     }
 
 
-class _ForkedChild:
-    """The part of the Popen interface `Runner._supervise` uses, for a child forked without exec
-    (see `Runner._fork_file_op`)."""
+class _FileChild:
+    """A forked child that answers one file operation (see `Runner`), with the part of the Popen
+    interface `Runner._supervise` uses. Until the request is written to `ctl` (and `ctl`
+    closed) it waits, without limits or the command filter yet and without running anything."""
 
-    def __init__(self, pid: int, stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes]) -> None:
+    def __init__(
+        self, pid: int, ctl: int, stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes]
+    ) -> None:
         self.pid = pid
+        self.ctl = ctl
         self.stdin: IO[bytes] | None = stdin
         self.stdout: IO[bytes] | None = stdout
         self.stderr: IO[bytes] | None = stderr
@@ -669,6 +674,54 @@ class _ForkedChild:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
+    def close_ctl(self) -> None:
+        if self.ctl >= 0:
+            os.close(self.ctl)
+            self.ctl = -1
+
+    def discard(self) -> None:
+        """Kill, reap and forget a child that will not be used."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            self.wait()
+        except ChildProcessError:
+            pass
+        self.close_ctl()
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+
+def _answer_file_op(setup: _ChildSetup, tools: ModuleType, ctl: int) -> int:
+    """The body of a file child once forked: wait for the request on `ctl`, take on the call's
+    limits and the command filter, answer on stdout. Returns the exit status."""
+    chunks: list[bytes] = []
+    while chunk := os.read(ctl, 1 << 20):
+        chunks.append(chunk)
+    os.close(ctl)
+    if not chunks:
+        return 0  # discarded unused
+    # written by the supervisor itself (`Runner._start_file_op`), over a pipe only it holds
+    op, request, env, cwd, targets = marshal.loads(b"".join(chunks))  # noqa: S302
+    setup.targets = targets
+    setup()
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        _write_all(2, f"working directory {cwd}: {exc.strerror}".encode())
+        return 126
+    os.environ.clear()
+    os.environ.update(env)
+    vars(tools)["WORKSPACE"] = env.get("MOTOR_WORKSPACE", "/workspace")
+    _write_all(1, tools.respond(op, request).encode())
+    return 0
+
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
@@ -676,16 +729,16 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _close_other_fds() -> None:
-    """Close every descriptor but 0, 1 and 2 (in a forked child: the host's stream, the egress
+def _close_other_fds(keep: int = 2) -> None:
+    """Close every descriptor above `keep` (in a forked child: the host's stream, the egress
     bridge's sockets, ... must not stay reachable)."""
     try:
         fds = [int(name) for name in os.listdir("/proc/self/fd")]
     except OSError:
-        os.closerange(3, 65536)
+        os.closerange(keep + 1, 65536)
         return
     for fd in fds:
-        if fd > 2:
+        if fd > keep:
             try:
                 os.close(fd)
             except OSError:
@@ -707,12 +760,16 @@ class Runner:
 
     File operations (the ``read``/``write``/``edit``/``list``/``glob``/``grep`` requests of
     tools.py, recognised by their exact argv) are served in serve mode without starting a new
-    interpreter: a forked child of this process sets the limits and the command filter exactly as
-    the slow path does before its exec, then answers the request with tools.py's own code
-    (imported here once, on the first such call) and exits. It is a command like any other to
-    the rest of the call: its own session, the same timeout, output cap, workspace quota and
-    process sweep. It stays non-dumpable (no exec resets that), so no other process of the
-    sandbox can read the copy of this process's memory it holds."""
+    interpreter: a forked child of this process receives the request over a pipe, sets the
+    call's limits and the command filter exactly as the slow path does before its exec, answers
+    with tools.py's own code (imported here once, on the first such call) and exits. It is a
+    command like any other to the rest of the call: its own session, the same timeout, output
+    cap, workspace quota and process sweep. It stays non-dumpable (no exec resets that), so no
+    other process of the sandbox can read the copy of this process's memory it holds. After a
+    file operation the child for the next one is forked at once (`prepare_next`), after the
+    result went out, so a run of file operations does not wait for forks; it runs nothing until
+    its request comes, and it is killed before any other command starts, so a command never
+    shares the sandbox with it."""
 
     def __init__(
         self, config: Config, *, inherit: bool = False, host_fd: int | None = None
@@ -726,6 +783,9 @@ class Runner:
         self._spawner = _Spawner() if inherit else None
         #: tools.py, loaded on the first file operation (serve mode only)
         self._tools: ModuleType | None = None
+        #: the child waiting for the next file operation, if any
+        self._standby: _FileChild | None = None
+        self._last_was_file_op = False
         self._tools_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools.py")
         #: this process's own limits, restored after each fast-path spawn
         self._own = {res: resource.getrlimit(res) for res, _s, _h in limit_targets(config, 0)}
@@ -838,23 +898,22 @@ class Runner:
         ops: frozenset[str] = self._tools.FILE_OPS
         return argv[4] if argv[4] in ops else None
 
-    def _fork_file_op(self, spec: ExecSpec, op: str, targets: LimitTargets) -> _ForkedChild:
-        """Start a forked child that answers file operation `op` as tools.py would (see the
-        class docstring). Raises OSError when the fork or a pipe failed (nothing started)."""
+    def _fork_file_child(self) -> _FileChild:
+        """Fork a child that waits for one file operation (see the class docstring). Raises
+        OSError when the fork or a pipe failed (nothing started)."""
         tools = self._tools
         assert tools is not None
-        self._child_setup.prepare(targets)
         setup = self._child_setup
         pipes: list[int] = []
         try:
-            for _ in range(3):
+            for _ in range(4):
                 pipes.extend(os.pipe())
             pid = os.fork()
         except BaseException:
             for fd in pipes:
                 os.close(fd)
             raise
-        in_r, in_w, out_r, out_w, err_r, err_w = pipes
+        ctl_r, ctl_w, in_r, in_w, out_r, out_w, err_r, err_w = pipes
         if pid == 0:  # the child: never returns
             status = 1
             try:
@@ -865,21 +924,9 @@ class Runner:
                 os.dup2(in_r, 0)
                 os.dup2(out_w, 1)
                 os.dup2(err_w, 2)
-                _close_other_fds()
-                setup()
-                try:
-                    os.chdir(spec.cwd)
-                except OSError as exc:
-                    _write_all(2, f"working directory {spec.cwd}: {exc.strerror}".encode())
-                    status = 126
-                    raise SystemExit from None
-                os.environ.clear()
-                os.environ.update(spec.env)
-                vars(tools)["WORKSPACE"] = spec.env.get("MOTOR_WORKSPACE", "/workspace")
-                _write_all(1, tools.respond(op, spec.stdin).encode())
-                status = 0
-            except SystemExit:
-                pass
+                os.dup2(ctl_r, 3)
+                _close_other_fds(keep=3)
+                status = _answer_file_op(setup, tools, 3)
             except BaseException:  # noqa: BLE001 - reported on stderr like an interpreter would
                 try:
                     import traceback
@@ -889,26 +936,65 @@ class Runner:
                     pass
             finally:
                 os._exit(status)
-        for fd in (in_r, out_w, err_w):
+        for fd in (ctl_r, in_r, out_w, err_w):
             os.close(fd)
-        return _ForkedChild(
-            pid, os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb")
+        return _FileChild(
+            pid, ctl_w, os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb")
         )
+
+    def _start_file_op(self, spec: ExecSpec, op: str, targets: LimitTargets) -> _FileChild:
+        """Hand file operation `op` to the waiting child (forked now when there is none or it
+        died). Raises OSError when no child could take it (nothing started)."""
+        child, self._standby = self._standby, None
+        if child is not None and child.poll() is not None:
+            child.discard()
+            child = None
+        if child is None:
+            child = self._fork_file_child()
+        self._child_setup.prepare(targets)
+        request = marshal.dumps((op, spec.stdin, spec.env, spec.cwd, self._child_setup.targets))
+        try:
+            _write_all(child.ctl, request)
+        except OSError:
+            child.discard()
+            raise
+        child.close_ctl()
+        return child
+
+    def prepare_next(self) -> None:
+        """After a file operation's result went out: fork the child for the next one now, so
+        that its fork is not paid inside that call. Nothing waits before any other command
+        runs (see `run`)."""
+        if self._last_was_file_op and self._standby is None:
+            try:
+                self._standby = self._fork_file_child()
+            except OSError:
+                self._standby = None
+
+    def discard_standby(self) -> None:
+        child, self._standby = self._standby, None
+        if child is not None:
+            child.discard()
 
     def run(self, spec: ExecSpec) -> dict[str, Any]:
         started = time.monotonic()
         targets = limit_targets(self.config, self._file_size_cap())
         try:
             op = self._file_op(spec)
-            proc: subprocess.Popen[bytes] | _ForkedChild | None = None
+            self._last_was_file_op = op is not None
+            proc: subprocess.Popen[bytes] | _FileChild | None = None
             if op is not None:
                 try:
-                    proc = self._fork_file_op(spec, op, targets)
+                    proc = self._start_file_op(spec, op, targets)
                 except OSError:
                     proc = None  # not started: a fresh interpreter answers instead
                 else:
-                    # the child holds the request in its copy of memory, not on its stdin
+                    # the child got the request over its control pipe, not on its stdin
                     spec = dataclasses.replace(spec, stdin=b"")
+            if proc is None:
+                # a command never meets a waiting file child: no process of ours but the
+                # supervisor is there when it starts
+                self.discard_standby()
             if proc is None:
                 proc = self._start(spec, targets)
         except FileNotFoundError as exc:
@@ -932,7 +1018,7 @@ class Runner:
         return self._supervise(proc, spec, started)
 
     def _supervise(
-        self, proc: subprocess.Popen[bytes] | _ForkedChild, spec: ExecSpec, started: float
+        self, proc: subprocess.Popen[bytes] | _FileChild, spec: ExecSpec, started: float
     ) -> dict[str, Any]:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         limit = spec.output_limit
@@ -1179,6 +1265,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
                 write_frame(stdout, {"op": "error", "code": "invalid_args", "message": str(exc)})
                 continue
             write_frame(stdout, runner.run(spec))
+            runner.prepare_next()
         elif op == "ping":
             write_frame(stdout, {"op": "pong"})
         elif op == "shutdown":

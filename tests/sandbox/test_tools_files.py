@@ -396,3 +396,35 @@ def test_a_file_tool_is_held_to_the_sessions_file_size_limit(ws: Path, backend: 
     assert small.ok
     assert sorted(p.name for p in ws.iterdir()) == ["keep.txt", "small.txt"]
     assert (ws / "keep.txt").read_text() == "original\n"
+
+
+def test_no_process_waits_beside_a_command_after_file_tools(
+    ws: Path, open_session: OpenSession
+) -> None:
+    # given a session, and the processes a command sees in it before any file tool ran
+    (ws / "notes.txt").write_text("text\n")
+    session = open_session(ws)
+    show = (
+        "import json, os; me = os.getpid(); "
+        "print(json.dumps(sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != me)))"
+    )
+
+    def others() -> list[int]:
+        # every process of the sandbox but the command itself
+        result = session.exec(ExecRequest(argv=["/usr/bin/python3", "-c", show]))
+        assert result.exit_code == 0, result.stderr
+        listed: list[int] = json.loads(result.stdout)
+        return listed
+
+    before = others()
+    # when file tools ran (one after another, then one more after a command)
+    assert all(run(session, "read", path="notes.txt").ok for _ in range(3))
+    after_reads = others()
+    assert run(session, "list").ok
+    after_list = others()
+    # then the next command sees exactly the processes it saw before: nothing of the file tools
+    # (neither a finished child nor one waiting for the next request) is left beside it
+    assert after_reads == before
+    assert after_list == before
+    # and the file tools still answer after it
+    assert run(session, "read", path="notes.txt").output == "text\n"
