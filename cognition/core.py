@@ -11,12 +11,14 @@ core.act decisions (seed 000 "Motor Run Lifecycle", seed 001 "core.act"):
   No credential of the policy is delivered to an unapproved skill.
 - skill_review: only on a motor_result trigger; read/list/glob/grep, no domains, no credentials,
   at most 10 iterations, one attempt, any skill status.
-- Credentials the run needs but nobody has set: the call is refused (409 credentials_missing)
-  naming them, before anything is created; a human sets them and the brain calls again.
-- Credential names: the runtime accepts only ``^[a-z][a-z0-9_]{0,63}$`` while the vault keeps
-  environment-style names (``API_KEY``). The run records the lowercased names and
-  `run_credentials_resolve` (the MOTOR_CREDENTIAL_RESOLVER) maps them back, delivering each value
-  under both spellings so ``$API_KEY`` and ``<credential:API_KEY>`` keep working.
+- Credentials the run needs but nobody has set: the run is created and, at its first step,
+  waits in awaiting_input with a question naming them and saying to set them in the admin or
+  through the API (never as an answer). Setting them (cognition.services.credential_set) resumes
+  it; an answer to that question is dropped, never stored.
+- Credential names match in any case everywhere (vault, policy, API, runtime). The run records
+  the lowercased names and `run_credentials_resolve` (the MOTOR_CREDENTIAL_RESOLVER) maps them
+  back, delivering each value under both spellings so ``$API_KEY`` and ``<credential:API_KEY>``
+  keep working.
 - Energy: checked before anything is prepared; drained (0.15 agentic, 0.05 oneshot) in the same
   transaction that creates the run, so a refused or busy call drains nothing.
 """
@@ -84,11 +86,10 @@ from .errors import (
     CredentialsMissing,
     SkillShared,
 )
-from .models import Agent, Credential
+from .models import Agent
 from .principals import Principal
 from .selectors import agents_visible_to, credential_list_names, credentials_resolve
 from .services import credential_delete, credential_set
-from .vault import normalize_name as vault_name
 
 logger = logging.getLogger(__name__)
 
@@ -171,16 +172,17 @@ def _lowercase_map(names: Sequence[str]) -> dict[str, str]:
     return mapping
 
 
-def run_credentials_resolve(*, agent_id: int, names: list[str]) -> dict[str, str]:
-    """MOTOR_CREDENTIAL_RESOLVER: values for a run's (lowercase) credential names.
+def run_credentials_resolve(*, agent_id: int, run_id: str, names: list[str]) -> dict[str, str]:
+    """MOTOR_CREDENTIAL_RESOLVER: values for run `run_id`'s (lowercase) credential names.
 
-    Never raises for a missing value: that name is left out. The calling run is the agent's
-    active run (one per agent); when it runs an approved skill,
-    the policy's stored values come first, then the vault. Each value is returned under the
-    run's name and under the original (vault/policy) spelling.
+    Never raises for a missing value: that name is left out, and the runtime asks the human to
+    set it (the run waits in awaiting_input). When the run executes an approved skill, the
+    policy's stored values come first, then the vault. Names match in any case; each value is
+    returned under the run's name and under the policy's spelling (so ``$API_KEY`` and
+    ``<credential:API_KEY>`` keep working).
     """
     agent = Agent.objects.get(pk=agent_id)
-    run = run_selectors.run_active_for_agent(agent_id=agent_id)
+    run = MotorRun.objects.filter(pk=run_id, agent_id=agent_id).first()
     policy = None
     if run is not None and run.skill_id is not None and not run.review:
         policy = (
@@ -188,28 +190,26 @@ def run_credentials_resolve(*, agent_id: int, names: list[str]) -> dict[str, str
             .filter(status=PolicyStatus.APPROVED)
             .first()
         )
-    known = list(Credential.objects.filter(agent=agent).values_list("name", flat=True))
+    spelled: list[str] = []
     if policy is not None:
-        known += list(policy_credential_values(policy=policy))
-        known += list(policy.required_credentials)
-    by_lower = {n.lower(): n for n in known}
-    originals = [by_lower.get(n.lower(), n) for n in names]
-    try:
-        values = credentials_resolve(agent=agent, names=originals, policy=policy)
-    except CredentialsMissing as exc:
-        # Deleted since the run started: deliver the rest; a placeholder of a missing one fails
-        # that call as data (unknown credential) instead of crashing the slice.
-        logger.warning(
-            "run credentials missing: agent=%s names=%s", agent.name, ",".join(exc.names)
-        )
-        present = [n for n in originals if vault_name(n) not in exc.names]
-        values = credentials_resolve(agent=agent, names=present, policy=policy)
+        spelled = [*policy.required_credentials, *policy_credential_values(policy=policy)]
+    by_lower = {n.lower(): n for n in spelled}
     out: dict[str, str] = {}
-    for run_name, original in zip(names, originals, strict=True):
-        value = values.get(vault_name(original))
-        if value is not None:
-            out[run_name] = value
-            out[original] = value
+    for run_name in names:
+        try:
+            values = credentials_resolve(agent=agent, names=[run_name], policy=policy)
+        except CredentialsMissing:
+            continue  # not set anywhere: the run asks for it
+        value = next(iter(values.values()))
+        out[run_name] = value
+        out[by_lower.get(run_name.lower(), run_name)] = value
+    if len(out) < len(names):
+        logger.info(
+            "run credentials not set: agent=%s run=%s names=%s",
+            agent.name,
+            run_id,
+            ",".join(n for n in names if n not in out),
+        )
     return out
 
 
@@ -260,7 +260,7 @@ def core_act(
 
     Raises (nothing created, no energy drained): InvalidRunParams (400), ActRefused (400),
     ConsentRequired (403, skill_review off a motor_result trigger), SkillNotFound (404),
-    SkillHashMismatch / CredentialsMissing / EnergyTooLow / MotorBusy (409).
+    SkillHashMismatch / EnergyTooLow / MotorBusy (409).
     `on_created(result)` runs inside the transaction that creates an agentic run (the API records
     its idempotency key there, so the key and the run commit together).
     """
@@ -414,10 +414,8 @@ def _core_agentic(
             allowed_domains = (
                 allowed_domains if domains is not None else list(policy.allowed_domains)
             )
-            names = list(policy.required_credentials)
-            credential_map = _lowercase_map(names)
-            # Every needed value must exist now (policy first, then vault).
-            credentials_resolve(agent=agent, names=names, policy=policy)
+            # A value nobody has set yet does not refuse the call: the run asks for it.
+            credential_map = _lowercase_map(list(policy.required_credentials))
         else:
             if tools is None or domains is None:
                 missing = [f for f, v in (("tools", tools), ("domains", domains)) if v is None]

@@ -7,6 +7,7 @@ import secrets
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Lower
 
 
 class TrustLevel(models.TextChoices):
@@ -93,6 +94,10 @@ class Credential(models.Model):
         ordering = ["agent_id", "name"]
         constraints = [
             models.UniqueConstraint(fields=["agent", "name"], name="credential_unique_per_agent"),
+            # Names match in any case (cognition.vault): `api_key` and `API_KEY` are one name.
+            models.UniqueConstraint(
+                "agent", Lower("name"), name="credential_unique_per_agent_any_case"
+            ),
             models.CheckConstraint(
                 condition=models.Q(name__regex=CREDENTIAL_NAME_PATTERN),
                 name="credential_name_is_env_name",

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import F, FilteredRelation, Q, QuerySet
+from django.db.models.functions import Lower
 
 from skills.models import Skill
 from skills.selectors import policy_credential_values
@@ -100,25 +101,32 @@ def credentials_queryset(*, agent: Agent) -> QuerySet[Credential]:
 def credentials_resolve(
     *, agent: Agent, names: Iterable[str], policy: Any = None
 ) -> dict[str, str]:
-    """Values for `names`, delivered under their plain names (no VAULT_ prefix).
+    """Values for `names`, delivered under their plain names (no VAULT_ prefix), as spelled in
+    `names`; a name matches a stored one in any case.
 
     Priority per name (seed 001): the skill policy's stored values first, then the agent's vault.
     Raises `CredentialsMissing` listing every name found in neither. The result is for handing to
     a sandbox at run start only: never log, serialise or render it.
     """
-    wanted = []
+    wanted: list[str] = []
     for name in names:
         plain = vault.normalize_name(name)
-        if plain not in wanted:
+        if plain.lower() not in {w.lower() for w in wanted}:
             wanted.append(plain)
     resolved: dict[str, str] = {}
     if policy is not None and wanted:
-        from_policy = policy_credential_values(policy=policy)
-        resolved.update({n: from_policy[n] for n in wanted if n in from_policy})
-    rest = [n for n in wanted if n not in resolved]
+        # Names match in any case: `api_key` finds a value stored as `API_KEY`.
+        from_policy = {k.lower(): v for k, v in policy_credential_values(policy=policy).items()}
+        resolved.update({n: from_policy[n.lower()] for n in wanted if n.lower() in from_policy})
+    rest = {n.lower(): n for n in wanted if n not in resolved}
     if rest:
-        for credential in Credential.objects.filter(agent=agent, name__in=rest):
-            resolved[credential.name] = vault.unseal(name=credential.name, token=credential.value)
+        rows = Credential.objects.annotate(lower_name=Lower("name")).filter(
+            agent=agent, lower_name__in=list(rest)
+        )
+        for credential in rows:
+            resolved[rest[credential.name.lower()]] = vault.unseal(
+                name=credential.name, token=credential.value
+            )
     missing = [n for n in wanted if n not in resolved]
     if missing:
         raise CredentialsMissing(missing, agent_name=agent.name)
@@ -153,10 +161,9 @@ def skills_for_agent(
     return skills
 
 
-def credentials_for_run(*, agent_id: int, names: list[str]) -> dict[str, str]:
-    """The runtime's MOTOR_CREDENTIAL_RESOLVER: vault values of `names` for the agent.
-
-    Skill-stored values are merged by core.act before the run starts (it knows the policy).
-    """
+def credentials_for_run(*, agent_id: int, names: list[str], run_id: str = "") -> dict[str, str]:
+    """Vault values of `names` for the agent (no skill policy); `CredentialsMissing` names any
+    not set. A minimal MOTOR_CREDENTIAL_RESOLVER; the default one is
+    cognition.core.run_credentials_resolve, which also reads the skill policy's values."""
     agent = Agent.objects.get(pk=agent_id)
     return credentials_resolve(agent=agent, names=names)

@@ -122,17 +122,22 @@ def credential_set(
     """
     name = vault.normalize_name(name)
     value = vault.validate_value(value, name=name)
-    sealed = vault.seal(name=name, value=value)
     with transaction.atomic():
         Agent.objects.select_for_update().get(pk=agent.pk)
-        credential, created = Credential.objects.update_or_create(
-            agent=agent, name=name, defaults={"value": sealed}
-        )
+        # Names match in any case: setting `api_key` replaces a stored `API_KEY` (kept so).
+        credential = Credential.objects.filter(agent=agent, name__iexact=name).first()
+        created = credential is None
+        if credential is None:
+            credential = Credential(agent=agent, name=name)
+        credential.value = vault.seal(name=credential.name, value=value)
+        credential.save()
+        agent_id, label = agent.pk, _actor_label(actor)
+        transaction.on_commit(lambda: resume_runs_waiting_for_credentials(agent_id, actor=label))
     logger.info(
         "credential %s: agent=%s name=%s value=%s actor=%s",
         "created" if created else "replaced",
         agent.name,
-        name,
+        credential.name,
         vault.REDACTED,
         _actor_label(actor),
     )
@@ -143,7 +148,7 @@ def credential_delete(*, agent: Agent, name: str, actor: AbstractBaseUser | str 
     """Remove the agent's credential `name`; `CredentialNotFound` when there is none."""
     name = vault.normalize_name(name)
     with transaction.atomic():
-        deleted, _ = Credential.objects.filter(agent=agent, name=name).delete()
+        deleted, _ = Credential.objects.filter(agent=agent, name__iexact=name).delete()
     if not deleted:
         raise CredentialNotFound(
             f"Agent {agent.name!r} has no credential named {name!r}.", details={"name": name}
@@ -151,6 +156,38 @@ def credential_delete(*, agent: Agent, name: str, actor: AbstractBaseUser | str 
     logger.info(
         "credential deleted: agent=%s name=%s actor=%s", agent.name, name, _actor_label(actor)
     )
+
+
+def resume_runs_waiting_for_credentials(agent_id: int, *, actor: str) -> list[str]:
+    """Resume the agent's runs that wait for credentials now all set; the ids resumed.
+
+    Called after a credential is committed. A run still missing another credential keeps
+    waiting (its question already names every missing one).
+    """
+    from runs.errors import CredentialResolverFailed, CredentialsStillMissing, InvalidTransition
+    from runs.models import MotorRun, RunStatus
+    from runs.services import run_credentials_provided
+
+    waiting = (
+        MotorRun.objects.filter(agent_id=agent_id, status=RunStatus.AWAITING_INPUT)
+        .exclude(missing_credentials=[])
+        .values_list("id", flat=True)
+    )
+    resumed: list[str] = []
+    for run_id in waiting:
+        try:
+            run_credentials_provided(run_id=run_id, actor=actor)
+        except (CredentialsStillMissing, InvalidTransition):
+            continue
+        except CredentialResolverFailed:
+            # Runs after the credential's commit: never fail the caller. The run keeps waiting
+            # and its next step reports the resolver's failure.
+            logger.warning("credentials set: run %s could not be resumed", run_id)
+            continue
+        resumed.append(run_id)
+    if resumed:
+        logger.info("credentials set: resumed runs %s", ",".join(resumed))
+    return resumed
 
 
 def _actor_label(actor: AbstractBaseUser | str | None) -> str:

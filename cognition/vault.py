@@ -32,7 +32,7 @@ def normalize_name(name: str) -> str:
         raise CredentialInvalid(
             "A credential name must be a string.", details={"field": "name", "rule": "string"}
         )
-    stripped = name[len(SEED_PREFIX) :] if name.startswith(SEED_PREFIX) else name
+    stripped = name[len(SEED_PREFIX) :] if name.upper().startswith(SEED_PREFIX) else name
     if not _NAME_RE.fullmatch(stripped):
         raise CredentialInvalid(
             f"Credential name {name!r} is not allowed: names are 1-64 ASCII letters, digits and "

@@ -208,7 +208,7 @@ MOTOR_REAPER_GRACE_SECONDS = env.int("MOTOR_REAPER_GRACE_SECONDS", default=120)
 MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS = env.int("MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS", default=1800)
 # seconds an approval request stays valid
 MOTOR_APPROVAL_TTL_SECONDS = env.int("MOTOR_APPROVAL_TTL_SECONDS", default=900)
-# dotted path of resolver(*, agent_id, names) -> {name: value} handing credentials to tool calls
+# dotted path of resolver(*, agent_id, run_id, names) -> {name: value} handing credentials to tools
 MOTOR_CREDENTIAL_RESOLVER = (
     env.str("MOTOR_CREDENTIAL_RESOLVER", default="") or "cognition.core.run_credentials_resolve"
 )

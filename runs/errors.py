@@ -54,3 +54,15 @@ class LLMUnavailable(RunError):
     """The LLM could not be reached or answered with an error after the client's retries."""
 
     code = "llm_unavailable"
+
+
+class CredentialResolverFailed(RunError):
+    """The credential resolver (MOTOR_CREDENTIAL_RESOLVER) raised; the run fails with this."""
+
+    code = "credential_resolver_failed"
+
+
+class CredentialsStillMissing(RunError):
+    """A run waiting for credentials was asked to go on, but some are still not set."""
+
+    code = "credentials_missing"

@@ -120,6 +120,14 @@ class MotorRun(FSMModelMixin, models.Model):
     credential_names = models.JSONField(
         default=list, blank=True, help_text="Names only; values never leave the vault."
     )
+    missing_credentials = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            "While awaiting input: the credential names nobody has set; the run resumes when "
+            "they are set in the vault (never through an answer)."
+        ),
+    )
     workspace = models.CharField(max_length=500, blank=True, default="")
     saved_credentials = models.TextField(
         blank=True,

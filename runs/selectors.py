@@ -104,6 +104,7 @@ def run_status(*, run_id: str) -> dict[str, Any] | None:
         "attempts": run.current_attempt_index + 1,
         "max_attempts": run.max_attempts,
         "pending_question": attempt.pending_question or None,
+        "missing_credentials": list(run.missing_credentials),
         "steps": [
             {
                 "attempt": step.attempt.index,

@@ -35,7 +35,15 @@ from runs.credentials import (
     scrub_unparsable_save_call,
     store_saved,
 )
-from runs.errors import InvalidRunParams, InvalidTransition, LeaseLost, LLMUnavailable, MotorBusy
+from runs.errors import (
+    CredentialResolverFailed,
+    CredentialsStillMissing,
+    InvalidRunParams,
+    InvalidTransition,
+    LeaseLost,
+    LLMUnavailable,
+    MotorBusy,
+)
 from runs.lease import (
     Lease,
     default_owner,
@@ -282,7 +290,8 @@ def _validate_start(
                 f"allowed_domains: {domain!r} is not a host name", field="allowed_domains"
             )
     for name in credential_names:
-        if not isinstance(name, str) or not _CREDENTIAL_NAME.match(name):
+        # Any case is accepted; the run keeps the lower-case form (see run_start).
+        if not isinstance(name, str) or not _CREDENTIAL_NAME.match(name.lower()):
             raise InvalidRunParams(
                 f"credential_names: {name!r} must match {_CREDENTIAL_NAME.pattern}",
                 field="credential_names",
@@ -365,7 +374,7 @@ def run_start(
                 task=task,
                 tools=granted,
                 allowed_domains=list(allowed_domains),
-                credential_names=list(credential_names),
+                credential_names=list(dict.fromkeys(n.lower() for n in credential_names)),
                 workspace=workspace,
                 skill_id=skill_id,
                 skill_version_id=skill_version_id,
@@ -503,6 +512,10 @@ def _run_slice(
                     actor=actor,
                 )
                 return SliceOutcome.FINISHED
+            if run.credential_names:
+                missing = _missing_credentials(run, credentials)
+                if missing:
+                    return _pause_for_credentials(run, attempt, lease, missing, actor=actor)
             # Counts slices that started but never reached their end (reset below).
             MotorRun.objects.filter(pk=run.pk).update(redelivery_count=run.redelivery_count + 1)
             mutex_agent = run.agent_id
@@ -566,6 +579,17 @@ def _run_slice(
     except LeaseLost:
         logger.info("run %s: lease lost by %s; stopping this slice", run_id, owner)
         return SliceOutcome.LEASE_LOST
+    except CredentialResolverFailed as exc:
+        try:
+            return _fail_locked(
+                lease,
+                category=FailureCategory.TOOL_FAILURE,
+                message=exc.message,
+                retryable=True,
+                actor=actor,
+            )
+        except LeaseLost:
+            return SliceOutcome.LEASE_LOST
     finally:
         if slot is not None:
             slot.close()
@@ -1160,15 +1184,136 @@ def _resolve_credentials(run: MotorRun) -> dict[str, str]:
     """Values of the run's credential names, from the resolver named in settings.
 
     The runtime knows no vault: the brain side registers a callable
-    ``resolver(*, agent_id: int, names: list[str]) -> dict[str, str]`` as
-    MOTOR_CREDENTIAL_RESOLVER (a dotted path). Values live only in this process's memory for the
-    one call; they are never stored, logged or sent to the model.
+    ``resolver(*, agent_id: int, run_id: str, names: list[str]) -> dict[str, str]`` as
+    MOTOR_CREDENTIAL_RESOLVER (a dotted path). A name it has no value for is left out (the run
+    then waits for it, see `_missing_credentials`). Values live only in this process's memory
+    for the one call; they are never stored, logged or sent to the model.
+
+    Raises CredentialResolverFailed (naming the resolver and the error type, never a value)
+    when the resolver cannot be imported, raises, or returns something else than a mapping of
+    strings.
     """
     path = getattr(settings, "MOTOR_CREDENTIAL_RESOLVER", "")
     if not run.credential_names or not path:
         return {}
-    resolver = import_string(path)
-    return dict(resolver(agent_id=run.agent_id, names=list(run.credential_names)))
+    try:
+        resolver = import_string(path)
+        values = resolver(agent_id=run.agent_id, run_id=run.id, names=list(run.credential_names))
+        values = dict(values)
+    except Exception as exc:
+        # The exception's text could quote what the resolver read; log and report its type only.
+        logger.warning("run %s: credential resolver %s raised %s", run.id, path, type(exc).__name__)
+        raise CredentialResolverFailed(
+            f"the credential resolver {path} failed ({type(exc).__name__}); the run's "
+            f"credentials ({', '.join(run.credential_names)}) could not be read",
+            run_id=run.id,
+        ) from None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+        raise CredentialResolverFailed(
+            f"the credential resolver {path} returned something else than names and string values",
+            run_id=run.id,
+        )
+    return values
+
+
+def _missing_credentials(
+    run: MotorRun, credentials: Callable[[MotorRun], dict[str, str]] | None = None
+) -> list[str]:
+    """The run's credential names that have no value (nobody has set them)."""
+    values = (credentials or _resolve_credentials)(run)
+    return [name for name in run.credential_names if not values.get(name)]
+
+
+def _credentials_question(missing: Sequence[str]) -> str:
+    names = ", ".join(missing)
+    plural = len(missing) > 1
+    return (
+        f"This run needs the credential{'s' if plural else ''} {names}, which nobody has set. "
+        f"Set {'them' if plural else 'it'} in the admin (Credentials) or through the API "
+        f"(PUT /api/v1/credentials/<name>/); never send a credential's value in a chat or as "
+        f"the answer to this question. The run resumes by itself once "
+        f"{'they are' if plural else 'it is'} set."
+    )
+
+
+def _pause_for_credentials(
+    run: MotorRun, attempt: Attempt, lease: Lease, missing: list[str], *, actor: str
+) -> SliceOutcome:
+    """Pause the run in awaiting_input, asking for `missing` to be set. Caller holds locks."""
+    question = _credentials_question(missing)
+    previous = run.status
+    attempt.await_input(question=question, tool_call_id="")
+    attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
+    run.await_input()
+    run.missing_credentials = list(missing)
+    run.save(update_fields=["status", "missing_credentials", "updated_at"])
+    MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
+    lease_release(lease)
+    _event(run, from_status=previous, actor=actor, missing_credentials=list(missing))
+    _signal(
+        run,
+        {
+            "run_id": run.id,
+            "status": RunStatus.AWAITING_INPUT,
+            "question": question,
+            "missing_credentials": list(missing),
+        },
+    )
+    return SliceOutcome.PAUSED
+
+
+def _resume_with_credentials(
+    run: MotorRun,
+    *,
+    actor: str,
+    credentials: Callable[[MotorRun], dict[str, str]] | None = None,
+) -> RunTransitioned:
+    """Resume a run waiting for credentials once all are set. Caller holds the run's lock.
+
+    Raises CredentialsStillMissing (nothing changed) naming the ones still not set.
+    """
+    still = _missing_credentials(run, credentials)
+    if still:
+        raise CredentialsStillMissing(
+            f"run {run.id} still needs the credential{'s' if len(still) > 1 else ''} "
+            f"{', '.join(still)}: set {'them' if len(still) > 1 else 'it'} in the admin or "
+            "through the API (PUT /api/v1/credentials/<name>/), never as an answer",
+            run_id=run.id,
+            missing=", ".join(still),
+        )
+    attempt = _current_attempt(run)
+    attempt.resume()
+    attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
+    previous = run.status
+    run.resume()
+    run.missing_credentials = []
+    run.save(update_fields=["status", "missing_credentials", "updated_at"])
+    _event(run, from_status=previous, actor=actor, credentials_provided=True)
+    token, run_id = run.lease_token, run.id
+    transaction.on_commit(lambda: _enqueue_step(run_id, token))
+    return {"run_id": run_id, "previous_status": previous, "new_status": run.status}
+
+
+def run_credentials_provided(
+    *,
+    run_id: str,
+    actor: str,
+    credentials: Callable[[MotorRun], dict[str, str]] | None = None,
+) -> RunTransitioned:
+    """Resume a run that waits for credentials, now that they are set (the vault calls this).
+
+    Raises InvalidTransition (nothing changed) unless the run is awaiting input for missing
+    credentials, and CredentialsStillMissing when some are still not set.
+    """
+    with transaction.atomic():
+        run = _lock_run(run_id)
+        if run.status != RunStatus.AWAITING_INPUT or not run.missing_credentials:
+            raise InvalidTransition(
+                f"run {run_id} is {run.status} and waits for no credential",
+                run_id=run_id,
+                status=run.status,
+            )
+        return _resume_with_credentials(run, actor=actor, credentials=credentials)
 
 
 def _refusal(run: MotorRun, name: str, arguments: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -1240,6 +1385,8 @@ def _after_result(
 def run_respond(*, run_id: str, answer: str, actor: str) -> RunTransitioned:
     """Answer the pending ask_user question: it becomes that call's result; the loop resumes.
 
+    A run waiting for missing credentials takes no answer (it is dropped, never stored): it
+    resumes when they are all set now, otherwise CredentialsStillMissing names them.
     Raises InvalidTransition (nothing changed) unless the run is awaiting input.
     """
     if not answer or not answer.strip():
@@ -1252,6 +1399,10 @@ def run_respond(*, run_id: str, answer: str, actor: str) -> RunTransitioned:
                 run_id=run_id,
                 status=run.status,
             )
+        if run.missing_credentials:
+            # The answer is never stored: it may be the very value that must not be in a chat.
+            # The run goes on when every credential is now set, and refuses otherwise.
+            return _resume_with_credentials(run, actor=actor)
         attempt = _current_attempt(run)
         step = Step.objects.select_for_update().get(
             attempt=attempt, tool_call_id=attempt.pending_tool_call_id, tool=ASK_USER
@@ -1498,15 +1649,15 @@ def run_reemit_pending_questions(*, actor: str = "startup") -> list[int]:
     ids: list[int] = []
     for run in MotorRun.objects.filter(status=RunStatus.AWAITING_INPUT).order_by("created_at"):
         attempt = Attempt.objects.get(run=run, index=run.current_attempt_index)
+        payload: dict[str, Any] = {
+            "run_id": run.id,
+            "status": RunStatus.AWAITING_INPUT,
+            "question": attempt.pending_question,
+        }
+        if run.missing_credentials:
+            payload["missing_credentials"] = list(run.missing_credentials)
         with transaction.atomic():
-            signal = _signal(
-                run,
-                {
-                    "run_id": run.id,
-                    "status": RunStatus.AWAITING_INPUT,
-                    "question": attempt.pending_question,
-                },
-            )
+            signal = _signal(run, payload)
         ids.append(signal.id)
     return ids
 

@@ -17,6 +17,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from runs.errors import (
+    CredentialsStillMissing,
     InvalidRunParams,
     InvalidTransition,
     LeaseLost,
@@ -49,6 +50,7 @@ _RUN_STATUS: dict[type[RunError], int] = {
     InvalidRunParams: 400,
     RunNotFound: 404,
     InvalidTransition: 409,
+    CredentialsStillMissing: 409,
     LeaseLost: 409,
     LLMUnavailable: 503,
 }

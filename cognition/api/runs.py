@@ -119,6 +119,10 @@ class RunDetailSerializer(serializers.Serializer):
     attempts = serializers.IntegerField()
     max_attempts = serializers.IntegerField()
     pending_question = serializers.CharField(allow_null=True)
+    missing_credentials = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Credential names the run waits for (set them through /api/v1/credentials/).",
+    )
     pending_approval = serializers.DictField(allow_null=True)
     steps = serializers.ListField(child=serializers.DictField())
     created_at = serializers.CharField()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cognition.core import ActRefused, core_act, run_credentials_resolve
-from cognition.errors import ConsentRequired, CredentialsMissing, EnergyTooLow
+from cognition.errors import ConsentRequired, EnergyTooLow
 from cognition.models import Agent
 from cognition.principals import Principal
 from cognition.services import credential_set
@@ -67,7 +67,9 @@ def test_an_approved_skill_runs_with_its_policy_tools_domains_and_credentials(
     # and exactly the agentic cost was drained
     assert _energy(world.alpha) == pytest.approx(0.85)
     # and the runtime's resolver hands the value over under both spellings
-    assert run_credentials_resolve(agent_id=world.alpha.pk, names=["weather_token"]) == {
+    assert run_credentials_resolve(
+        agent_id=world.alpha.pk, run_id=run.pk, names=["weather_token"]
+    ) == {
         "weather_token": "tok-12345678",
         "WEATHER_TOKEN": "tok-12345678",
     }
@@ -119,15 +121,21 @@ def test_an_unapproved_skill_needs_explicit_tools_and_domains(world, workspaces,
     assert _energy(world.alpha) == pytest.approx(0.85)
 
 
-def test_missing_credentials_refuse_the_call_with_their_names(world, workspaces, tmp_path):
+def test_missing_credentials_do_not_refuse_the_call_the_run_asks_for_them(
+    world, workspaces, tmp_path, scripted_llm
+):
     # given an approved skill whose credential nobody has set
     skill_in_status(tmp_path / "src", agent=world.alpha, approver=world.olivia, status="approved")
     # when it is started
-    with pytest.raises(CredentialsMissing) as missing:
-        _act(world, skill="weather-report")
-    # then the names are reported and nothing was created or drained
-    assert missing.value.details == {"missing": ["WEATHER_TOKEN"]}
-    assert (run_count(), _energy(world.alpha), workspace_entries(workspaces)) == (0, 1.0, [])
+    run_id = _act(world, skill="weather-report")["run_id"]
+    # then the run exists with the lowercase name, and its first step asks for the credential
+    # without calling the model
+    assert MotorRun.objects.get(pk=run_id).credential_names == ["weather_token"]
+    drive(run_id, scripted_llm.client())
+    run = MotorRun.objects.get(pk=run_id)
+    assert (run.status, run.missing_credentials) == ("awaiting_input", ["weather_token"])
+    assert scripted_llm.requests == []
+    assert _energy(world.alpha) == pytest.approx(0.85)
 
 
 def test_skill_review_starts_only_on_a_motor_result_trigger(world, workspaces, tmp_path):

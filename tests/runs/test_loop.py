@@ -269,8 +269,9 @@ def test_start_for_an_unknown_agent_is_refused(db, test_redis):
     assert list(test_redis.scan_iter(match="motor:mutex:*")) == []
 
 
-def test_messages_and_steps_are_json_with_placeholders_only(agent, scripted_llm):
+def test_messages_and_steps_are_json_with_placeholders_only(agent, scripted_llm, settings):
     # given a model that passes a credential placeholder to a tool it was not granted
+    settings.MOTOR_CREDENTIAL_RESOLVER = "tests.runs.credential_resolver.resolve"
     run_id = run_start(agent_id=agent.pk, task="t", credential_names=["api_key"], actor="test")[
         "run_id"
     ]
