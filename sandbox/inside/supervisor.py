@@ -68,8 +68,8 @@ the seccomp filter of ``seccomp.py`` (no AF_UNIX/AF_NETLINK/AF_PACKET/AF_VSOCK s
 io_uring, ptrace, keyctl, mount, namespaces, bpf, no change of any rlimit, ...). In serve mode a
 command normally starts by vfork + exec from the spawner thread and inherits its limits (see
 ``Runner``): a warm call costs about one plain fork/exec. The file operations of tools.py are
-answered by a forked child of the supervisor that sets the same limits and filter and never
-execs (see ``Runner``): a warm file call costs about one fork. The environment ``config.env`` +
+answered by a file server, a forked child of the supervisor under the same limits and filter
+that never execs (see ``Runner``): a warm file call costs about a pipe round trip. The environment ``config.env`` +
 ``exec.env`` and nothing else. stdout and stderr are each kept up to the output limit
 (``exec.output_limit`` or ``limits.output_bytes``, at most ``MAX_OUTPUT_BYTES``); the rest is read and discarded, and
 ``truncated`` is set. On the wall-clock deadline every process is SIGKILLed and ``timed_out`` is
@@ -85,7 +85,6 @@ from __future__ import annotations
 import array
 import base64
 import binascii
-import dataclasses
 import errno
 import fcntl
 import gc
@@ -105,7 +104,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import IO, Any, BinaryIO
+from typing import Any, BinaryIO
 
 #: the biggest frame either side accepts (64 MiB)
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -645,84 +644,6 @@ def _result(
     }
 
 
-class _FileChild:
-    """A forked child that answers one file operation (see `Runner`), with the part of the Popen
-    interface `Runner._supervise` uses. Until the request is written to `ctl` (and `ctl`
-    closed) it waits, without limits or the command filter yet and without running anything."""
-
-    def __init__(
-        self, pid: int, ctl: int, stdin: IO[bytes], stdout: IO[bytes], stderr: IO[bytes]
-    ) -> None:
-        self.pid = pid
-        self.ctl = ctl
-        self.stdin: IO[bytes] | None = stdin
-        self.stdout: IO[bytes] | None = stdout
-        self.stderr: IO[bytes] | None = stderr
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self) -> int:
-        while self.returncode is None:
-            pid, status = os.waitpid(self.pid, 0)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def close_ctl(self) -> None:
-        if self.ctl >= 0:
-            os.close(self.ctl)
-            self.ctl = -1
-
-    def discard(self) -> None:
-        """Kill, reap and forget a child that will not be used."""
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            self.wait()
-        except ChildProcessError:
-            pass
-        self.close_ctl()
-        for stream in (self.stdin, self.stdout, self.stderr):
-            if stream is not None:
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-
-
-def _answer_file_op(setup: _ChildSetup, tools: ModuleType, ctl: int) -> int:
-    """The body of a file child once forked: wait for the request on `ctl`, take on the call's
-    limits and the command filter, answer on stdout. Returns the exit status."""
-    chunks: list[bytes] = []
-    while chunk := os.read(ctl, 1 << 20):
-        chunks.append(chunk)
-    os.close(ctl)
-    if not chunks:
-        return 0  # discarded unused
-    # written by the supervisor itself (`Runner._start_file_op`), over a pipe only it holds
-    op, request, env, cwd, targets = marshal.loads(b"".join(chunks))  # noqa: S302
-    setup.targets = targets
-    setup()
-    try:
-        os.chdir(cwd)
-    except OSError as exc:
-        _write_all(2, f"working directory {cwd}: {exc.strerror}".encode())
-        return 126
-    os.environ.clear()
-    os.environ.update(env)
-    vars(tools)["WORKSPACE"] = env.get("MOTOR_WORKSPACE", "/workspace")
-    _write_all(1, tools.respond(op, request).encode())
-    return 0
-
-
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -745,6 +666,112 @@ def _close_other_fds(keep: int = 2) -> None:
                 pass
 
 
+#: calls one file server answers before it is replaced by a fresh fork (its heap stays small)
+FILE_SERVER_MAX_CALLS = 1000
+
+
+class _FileServer:
+    """A forked child of the supervisor that answers file operations one after another (see
+    `Runner`): requests and answers are frames (4-byte big-endian length + body) on its stdin
+    and stdout; it exits at EOF."""
+
+    def __init__(self, pid: int, requests: int, answers: int, errors: int) -> None:
+        self.pid = pid
+        self.requests = requests
+        self.answers = answers
+        self.errors = errors
+        self.calls = 0
+        self.returncode: int | None = None
+        #: its stderr, read by `stop`
+        self.stderr = b""
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def cpu_seconds(self) -> float:
+        """CPU time used so far (user + system)."""
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    def stop(self) -> int:
+        """Kill and reap it, close its pipes; returns its exit status (as Popen does)."""
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            while self.returncode is None:
+                try:
+                    pid, status = os.waitpid(self.pid, 0)
+                except ChildProcessError:
+                    self.returncode = -signal.SIGKILL
+                    break
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        self.stderr = self._read_errors()
+        for fd in (self.requests, self.answers, self.errors):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.requests = self.answers = self.errors = -1
+        return self.returncode if self.returncode is not None else -signal.SIGKILL
+
+    def _read_errors(self) -> bytes:
+        """What it wrote to stderr (read once it is gone), at most about 64 KiB."""
+        chunks: list[bytes] = []
+        if self.errors >= 0:
+            os.set_blocking(self.errors, False)
+            try:
+                while chunk := os.read(self.errors, 65536):
+                    chunks.append(chunk)
+                    if sum(len(c) for c in chunks) > 65536:
+                        break
+            except OSError:
+                pass
+        return b"".join(chunks)
+
+
+def _file_server_main(setup: _ChildSetup, tools: ModuleType) -> int:
+    """The body of a file server once forked, under its limits and the command filter: answer
+    framed requests on stdin until EOF. Returns the exit status."""
+    setup()
+    stdin = os.fdopen(0, "rb", buffering=0)
+    while True:
+        header = _read_exact(stdin, _HEADER.size)
+        if header is None:
+            return 0
+        (size,) = _HEADER.unpack(header)
+        body = _read_exact(stdin, size) if size else b""
+        if body is None:
+            return 1
+        # written by the supervisor itself (`Runner._file_server_call`), over a pipe only it holds
+        op, request, env, cwd = marshal.loads(body)  # noqa: S302
+        try:
+            os.chdir(cwd)
+        except OSError as exc:
+            _write_all(2, f"working directory {cwd}: {exc.strerror}".encode())
+            return 126
+        os.environ.clear()
+        os.environ.update(env)
+        vars(tools)["WORKSPACE"] = env.get("MOTOR_WORKSPACE", "/workspace")
+        answer = tools.respond(op, request).encode()
+        _write_all(1, _HEADER.pack(len(answer)) + answer)
+
+
 class Runner:
     """Runs one command at a time under the session's limits.
 
@@ -759,17 +786,17 @@ class Runner:
     or CPU time too close to the command's limits, or the fork refused under them.
 
     File operations (the ``read``/``write``/``edit``/``list``/``glob``/``grep`` requests of
-    tools.py, recognised by their exact argv) are served in serve mode without starting a new
-    interpreter: a forked child of this process receives the request over a pipe, sets the
-    call's limits and the command filter exactly as the slow path does before its exec, answers
-    with tools.py's own code (imported here once, on the first such call) and exits. It is a
-    command like any other to the rest of the call: its own session, the same timeout, output
-    cap, workspace quota and process sweep. It stays non-dumpable (no exec resets that), so no
-    other process of the sandbox can read the copy of this process's memory it holds. After a
-    file operation the child for the next one is forked at once (`prepare_next`), after the
-    result went out, so a run of file operations does not wait for forks; it runs nothing until
-    its request comes, and it is killed before any other command starts, so a command never
-    shares the sandbox with it."""
+    tools.py, recognised by their exact argv) are answered in serve mode without starting a new
+    interpreter: by a file server, a forked child of this process that takes on the session's
+    limits and the command filter as the slow path does before its exec, then answers one
+    request after another with tools.py's own code (imported here once, on the first such call).
+    Per call, this process sets the server's RLIMIT_FSIZE (what is left of the workspace quota)
+    and RLIMIT_CPU (its CPU time so far + cpu_seconds) from outside, and applies the call's
+    timeout and workspace quota; a timeout, a quota hit or a crash kills the server and the next
+    file call forks a new one. It stays non-dumpable (no exec resets that), so no other process
+    of the sandbox can read the copy of this process's memory it holds. It is killed before any
+    other command starts, so a command never shares the sandbox with it and every command
+    starts and ends as before (the sweep included)."""
 
     def __init__(
         self, config: Config, *, inherit: bool = False, host_fd: int | None = None
@@ -783,9 +810,8 @@ class Runner:
         self._spawner = _Spawner() if inherit else None
         #: tools.py, loaded on the first file operation (serve mode only)
         self._tools: ModuleType | None = None
-        #: the child waiting for the next file operation, if any
-        self._standby: _FileChild | None = None
-        self._last_was_file_op = False
+        #: the file server, while file operations follow each other
+        self._file_server: _FileServer | None = None
         self._tools_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools.py")
         #: this process's own limits, restored after each fast-path spawn
         self._own = {res: resource.getrlimit(res) for res, _s, _h in limit_targets(config, 0)}
@@ -898,35 +924,41 @@ class Runner:
         ops: frozenset[str] = self._tools.FILE_OPS
         return argv[4] if argv[4] in ops else None
 
-    def _fork_file_child(self) -> _FileChild:
-        """Fork a child that waits for one file operation (see the class docstring). Raises
-        OSError when the fork or a pipe failed (nothing started)."""
+    def _start_file_server(self, targets: LimitTargets) -> _FileServer:
+        """Fork a file server under `targets` (see the class docstring). Raises OSError when
+        the fork or a pipe failed (nothing started)."""
         tools = self._tools
         assert tools is not None
         setup = self._child_setup
+        setup.prepare(targets)
+        # the hard limits the server keeps for its life: RLIMIT_FSIZE at the per-file cap and
+        # RLIMIT_CPU open, so that each call's soft limits can be set from outside
+        setup.targets = [
+            (res, soft, self._server_hard(res, hard)) for res, soft, hard in setup.targets
+        ]
         pipes: list[int] = []
         try:
-            for _ in range(4):
+            for _ in range(3):
                 pipes.extend(os.pipe())
             pid = os.fork()
         except BaseException:
             for fd in pipes:
                 os.close(fd)
             raise
-        ctl_r, ctl_w, in_r, in_w, out_r, out_w, err_r, err_w = pipes
+        req_r, req_w, ans_r, ans_w, err_r, err_w = pipes
         if pid == 0:  # the child: never returns
             status = 1
             try:
-                # nothing of the parent's other threads runs here; no finalizer of their
-                # objects may close a descriptor number this child reuses
-                gc.disable()
+                # the parent's other threads do not exist here, yet their objects do: keep the
+                # collector from finalizing any of them (a socket's finalizer would close a
+                # descriptor number this child reuses)
+                gc.freeze()
                 os.setsid()
-                os.dup2(in_r, 0)
-                os.dup2(out_w, 1)
+                os.dup2(req_r, 0)
+                os.dup2(ans_w, 1)
                 os.dup2(err_w, 2)
-                os.dup2(ctl_r, 3)
-                _close_other_fds(keep=3)
-                status = _answer_file_op(setup, tools, 3)
+                _close_other_fds()
+                status = _file_server_main(setup, tools)
             except BaseException:  # noqa: BLE001 - reported on stderr like an interpreter would
                 try:
                     import traceback
@@ -936,65 +968,165 @@ class Runner:
                     pass
             finally:
                 os._exit(status)
-        for fd in (ctl_r, in_r, out_w, err_w):
+        for fd in (req_r, ans_w, err_w):
             os.close(fd)
-        return _FileChild(
-            pid, ctl_w, os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb")
-        )
+        return _FileServer(pid, req_w, ans_r, err_r)
 
-    def _start_file_op(self, spec: ExecSpec, op: str, targets: LimitTargets) -> _FileChild:
-        """Hand file operation `op` to the waiting child (forked now when there is none or it
-        died). Raises OSError when no child could take it (nothing started)."""
-        child, self._standby = self._standby, None
-        if child is not None and child.poll() is not None:
-            child.discard()
-            child = None
-        if child is None:
-            child = self._fork_file_child()
-        self._child_setup.prepare(targets)
-        request = marshal.dumps((op, spec.stdin, spec.env, spec.cwd, self._child_setup.targets))
-        try:
-            _write_all(child.ctl, request)
-        except OSError:
-            child.discard()
-            raise
-        child.close_ctl()
-        return child
+    def _server_hard(self, res: int, hard: int) -> int:
+        if res == resource.RLIMIT_FSIZE:
+            return self.config.file_size_bytes or self._own[res][1]
+        if res == resource.RLIMIT_CPU:
+            return self._own[res][1]
+        return hard
 
-    def prepare_next(self) -> None:
-        """After a file operation's result went out: fork the child for the next one now, so
-        that its fork is not paid inside that call. Nothing waits before any other command
-        runs (see `run`)."""
-        if self._last_was_file_op and self._standby is None:
+    def stop_file_server(self) -> None:
+        server, self._file_server = self._file_server, None
+        if server is not None:
+            server.stop()
+
+    def _file_server_call(
+        self, spec: ExecSpec, op: str, targets: LimitTargets, started: float
+    ) -> dict[str, Any] | None:
+        """Answer file operation `op` on the file server (forked first when there is none).
+        None when no server could take the request (nothing ran): the caller starts a fresh
+        interpreter instead."""
+        server = self._file_server
+        if server is not None and (
+            server.poll() is not None or server.calls >= FILE_SERVER_MAX_CALLS
+        ):
+            self.stop_file_server()
+            server = None
+        if server is None:
             try:
-                self._standby = self._fork_file_child()
+                server = self._file_server = self._start_file_server(targets)
             except OSError:
-                self._standby = None
+                return None
+        # this call's soft limits, set from outside (the server may not change any limit)
+        try:
+            for res, soft, _hard in targets:
+                if res == resource.RLIMIT_FSIZE:
+                    hard = self._server_hard(res, _hard)
+                    resource.prlimit(server.pid, res, (_lower(soft, hard), hard))
+                elif res == resource.RLIMIT_CPU:
+                    used = int(server.cpu_seconds()) + 1
+                    hard = self._own[res][1]
+                    resource.prlimit(server.pid, res, (_lower(used + soft, hard), hard))
+        except OSError:
+            self.stop_file_server()
+            return None
+        server.calls += 1
+        body = marshal.dumps((op, spec.stdin, spec.env, spec.cwd))
+        try:
+            _write_all(server.requests, _HEADER.pack(len(body)) + body)
+        except OSError:
+            self.stop_file_server()
+            return None
+        return self._await_answer(server, spec, started)
 
-    def discard_standby(self) -> None:
-        child, self._standby = self._standby, None
-        if child is not None:
-            child.discard()
+    def _await_answer(self, server: _FileServer, spec: ExecSpec, started: float) -> dict[str, Any]:
+        """Wait for the server's answer under the call's timeout and workspace quota."""
+        deadline = started + spec.timeout_s
+        scan_interval = 0.05
+        next_scan = started + scan_interval
+        buf = bytearray()
+        sel = selectors.DefaultSelector()
+        sel.register(server.answers, selectors.EVENT_READ, "answer")
+        if self._host_fd is not None:
+            sel.register(self._host_fd, selectors.EVENT_READ, "host")
+        timed_out = quota_hit = truncated = False
+        answer: bytes | None = None
+        try:
+            while answer is None:
+                now = time.monotonic()
+                if now >= deadline:
+                    timed_out = True
+                    break
+                if self.config.workspace_bytes and now >= next_scan:
+                    scan_started = time.monotonic()
+                    if self._over_quota():
+                        quota_hit = True
+                        break
+                    scan_interval = max(0.05, 4 * (time.monotonic() - scan_started))
+                    next_scan = time.monotonic() + scan_interval
+                wait = max(0.0, min(deadline, next_scan) - time.monotonic())
+                gone = False
+                for key, _ in sel.select(timeout=wait):
+                    if key.data == "host":
+                        if not _host_still_there(int(key.fd)):
+                            # the owner is gone: nobody will read the answer
+                            server.stop()
+                            os._exit(0)
+                        sel.unregister(key.fd)
+                        continue
+                    chunk = os.read(server.answers, _READ_CHUNK)
+                    if not chunk:
+                        gone = True  # the server died: reported below
+                        break
+                    buf += chunk
+                    if len(buf) >= _HEADER.size:
+                        (size,) = _HEADER.unpack(bytes(buf[: _HEADER.size]))
+                        # an answer over the output limit is cut there (and the server goes)
+                        end = _HEADER.size + min(size, spec.output_limit)
+                        if len(buf) >= end:
+                            answer = bytes(buf[_HEADER.size : end])
+                            truncated = size > spec.output_limit
+                if gone:
+                    break
+        finally:
+            sel.close()
+        if answer is not None and not truncated and not timed_out and not quota_hit:
+            if self.config.workspace_bytes and self._over_quota():
+                quota_hit = True
+            duration_ms = int((time.monotonic() - started) * 1000)
+            return _result(
+                exit_code=0,
+                stdout=answer,
+                duration_ms=duration_ms,
+                workspace_exceeded=quota_hit,
+            )
+        # timed out, over quota, an oversized answer or a dead server: it goes, the next file
+        # call forks a new one
+        killed_by_us = timed_out or quota_hit or truncated
+        self._file_server = None
+        returncode = server.stop()
+        err = server.stderr
+        if quota_hit or (self.config.workspace_bytes and self._over_quota()):
+            quota_hit = True
+        duration_ms = int((time.monotonic() - started) * 1000)
+        if timed_out or quota_hit or truncated:
+            return _result(
+                exit_code=None,
+                sig=signal.SIGKILL,
+                stdout=answer or b"",
+                stderr=err,
+                duration_ms=duration_ms,
+                timed_out=timed_out,
+                truncated=truncated,
+                workspace_exceeded=quota_hit,
+            )
+        sig = -returncode if returncode < 0 else None
+        oom = (sig == signal.SIGKILL and not killed_by_us) or any(m in err for m in _OOM_MARKERS)
+        return _result(
+            exit_code=returncode if returncode >= 0 else None,
+            sig=sig,
+            stderr=err,
+            duration_ms=duration_ms,
+            oom=oom,
+        )
 
     def run(self, spec: ExecSpec) -> dict[str, Any]:
         started = time.monotonic()
         targets = limit_targets(self.config, self._file_size_cap())
         try:
             op = self._file_op(spec)
-            self._last_was_file_op = op is not None
-            proc: subprocess.Popen[bytes] | _FileChild | None = None
             if op is not None:
-                try:
-                    proc = self._start_file_op(spec, op, targets)
-                except OSError:
-                    proc = None  # not started: a fresh interpreter answers instead
-                else:
-                    # the child got the request over its control pipe, not on its stdin
-                    spec = dataclasses.replace(spec, stdin=b"")
-            if proc is None:
-                # a command never meets a waiting file child: no process of ours but the
-                # supervisor is there when it starts
-                self.discard_standby()
+                answered = self._file_server_call(spec, op, targets, started)
+                if answered is not None:
+                    return answered
+            # a command never meets the file server: no process of ours but the supervisor is
+            # there when it starts
+            self.stop_file_server()
+            proc: subprocess.Popen[bytes] | None = None
             if proc is None:
                 proc = self._start(spec, targets)
         except FileNotFoundError as exc:
@@ -1018,7 +1150,7 @@ class Runner:
         return self._supervise(proc, spec, started)
 
     def _supervise(
-        self, proc: subprocess.Popen[bytes] | _FileChild, spec: ExecSpec, started: float
+        self, proc: subprocess.Popen[bytes], spec: ExecSpec, started: float
     ) -> dict[str, Any]:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         limit = spec.output_limit
@@ -1265,7 +1397,6 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
                 write_frame(stdout, {"op": "error", "code": "invalid_args", "message": str(exc)})
                 continue
             write_frame(stdout, runner.run(spec))
-            runner.prepare_next()
         elif op == "ping":
             write_frame(stdout, {"op": "pong"})
         elif op == "shutdown":

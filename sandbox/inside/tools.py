@@ -2,8 +2,8 @@
 
 Invoked as ``/usr/bin/python3 -I -B /opt/motor-cortex/tools.py OP`` with one JSON object on stdin.
 A resident supervisor answers exactly that request for the file operations (``FILE_OPS``) without
-a new interpreter: a forked child of itself, under the same limits and seccomp filter as any
-command, calls ``respond`` (see supervisor.py). The answer is the same either way.
+a new interpreter: its file server, a forked child of itself under the same limits and seccomp
+filter as any command, calls ``respond`` (see supervisor.py). The answer is the same either way.
 
 ``read``, ``write``, ``edit``, ``list``, ``glob``, ``grep`` and ``fetch`` print one JSON object::
 

@@ -428,3 +428,47 @@ def test_no_process_waits_beside_a_command_after_file_tools(
     assert after_list == before
     # and the file tools still answer after it
     assert run(session, "read", path="notes.txt").output == "text\n"
+
+
+def test_a_file_call_past_its_timeout_is_killed_and_the_next_one_works(
+    ws: Path, open_session: OpenSession
+) -> None:
+    # given a line on which a backtracking pattern takes practically forever
+    (ws / "slow.txt").write_text("a" * 40 + "b\n")
+    (ws / "notes.txt").write_text("text\n")
+    session = open_session(ws)
+    assert run(session, "read", path="notes.txt").ok
+    # when grep runs it with a one-second timeout
+    result = session.exec(
+        ExecRequest(
+            argv=["/usr/bin/python3", "-I", "-B", TOOLS_PY, "grep"],
+            stdin=json.dumps({"pattern": "(a+)+$", "path": "slow.txt"}).encode(),
+            timeout_s=1,
+        )
+    )
+    # then it is killed at the deadline, and the next file call gets its answer
+    assert (result.timed_out, result.exit_code, result.stdout) == (True, None, b"")
+    assert run(session, "read", path="notes.txt").output == "text\n"
+
+
+@pytest.mark.parametrize("backend", ["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def test_file_tools_are_held_to_what_is_left_of_the_workspace_quota(ws: Path, backend: str) -> None:
+    # given a session whose workspace may hold 256 KiB
+    spec = SessionSpec(workspace=ws, limits=Limits(workspace_bytes=256 * 1024))
+    with get_backend(backend).open(spec) as session:
+        # when a 160 KiB file is written, then another, then the first is shrunk and the
+        # second written again
+        first = run(session, "write", path="a.txt", content="a" * 160 * 1024)
+        refused = run(session, "write", path="b.txt", content="b" * 160 * 1024)
+        shrunk = run(session, "write", path="a.txt", content="a")
+        second = run(session, "write", path="b.txt", content="b" * 160 * 1024)
+    # then the write past the quota is refused and leaves nothing behind, and once space was
+    # freed the same write works
+    assert first.ok and shrunk.ok and second.ok
+    assert (refused.ok, refused.error_code, refused.output) == (
+        False,
+        ErrorCode.TOO_LARGE,
+        "b.txt: File too large",
+    )
+    assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "b.txt"]
+    assert (ws / "b.txt").stat().st_size == 160 * 1024
