@@ -14,6 +14,8 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from cognition import vault
+from cognition.errors import CognitionError
 from cognition.models import Credential, PersonalToken
 from cognition.services import credential_delete, credential_set, personal_token_revoke
 from cognition.vault import REDACTED
@@ -35,6 +37,21 @@ class CredentialForm(forms.ModelForm):
         data = super().clean()
         if self.instance.pk is None and not data.get("secret"):
             self.add_error("secret", "A new credential needs a value.")
+        agent, name = data.get("agent"), data.get("name")
+        if self.instance.pk is None and agent is not None and isinstance(name, str):
+            try:
+                plain = vault.normalize_name(name)
+            except CognitionError as exc:
+                self.add_error("name", str(exc))
+                return data
+            existing = Credential.objects.filter(agent=agent, name__iexact=plain).first()
+            if existing is not None:
+                # Names match in any case (and without the VAULT_ prefix): one name, one row.
+                self.add_error(
+                    "name",
+                    f"Agent {agent.name!r} already has the credential {existing.name!r} (names "
+                    "match in any case); open it to replace its value.",
+                )
         return data
 
 

@@ -12,9 +12,13 @@ from django.utils import timezone
 from cognition.models import Agent, Credential
 from cognition.selectors import credentials_resolve
 from cognition.services import credential_set
+from runs.models import MotorRun, RunEvent, RunStatus
+from runs.services import run_start
+from tests.runs.helpers import drive
 from tests.skills.admin_support import make_user
 
 from .conftest import SECRET, World, raw_credential_column
+from .worker_support import clean_run_queue  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.django_db
 
@@ -91,3 +95,65 @@ def test_only_a_superuser_can_trust_an_agent_to_relay_consent(world: World) -> N
 
     root.post(changelist, action)
     assert Agent.objects.get(pk=world.alpha.pk).trusted_for_relayed_consent is True
+
+
+def test_a_name_differing_only_in_case_is_refused_on_the_add_form(world: World) -> None:
+    # given WEATHER_TOKEN is set for alpha
+    credential_set(agent=world.alpha, name="WEATHER_TOKEN", value="first", actor="t")
+    client = Client()
+    client.force_login(make_user("root", superuser=True))
+    # when another one is added as vault_weather_token
+    response = client.post(
+        reverse("admin:cognition_credential_add"),
+        {"agent": world.alpha.pk, "name": "vault_weather_token", "secret": SECRET},
+    )
+    # then the form names the existing credential and nothing changed
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["name"] == [
+        "Agent 'alpha' already has the credential 'WEATHER_TOKEN' (names match in any case); "
+        "open it to replace its value."
+    ]
+    assert list(Credential.objects.values_list("name", flat=True)) == ["WEATHER_TOKEN"]
+    assert credentials_resolve(agent=world.alpha, names=["WEATHER_TOKEN"]) == {
+        "WEATHER_TOKEN": "first"
+    }
+
+
+def test_a_bad_name_is_refused_on_the_add_form_with_its_rule(world: World) -> None:
+    client = Client()
+    client.force_login(make_user("root", superuser=True))
+    response = client.post(
+        reverse("admin:cognition_credential_add"),
+        {"agent": world.alpha.pk, "name": "9lives", "secret": SECRET},
+    )
+    assert response.status_code == 200
+    (error,) = response.context["adminform"].form.errors["name"]
+    assert "Credential name '9lives' is not allowed" in error
+    assert Credential.objects.count() == 0
+
+
+@pytest.mark.usefixtures("clean_run_queue")
+def test_setting_a_missing_credential_in_the_admin_resumes_the_run_waiting_for_it(
+    world: World, scripted_llm, settings, django_capture_on_commit_callbacks
+) -> None:
+    # given a run of alpha waiting for api_key, which nobody has set
+    settings.MOTOR_CREDENTIAL_RESOLVER = "cognition.core.run_credentials_resolve"
+    run_id = run_start(agent_id=world.alpha.pk, task="t", credential_names=["api_key"], actor="t")[
+        "run_id"
+    ]
+    drive(run_id, scripted_llm.client())
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.AWAITING_INPUT
+    client = Client()
+    client.force_login(make_user("root", superuser=True))
+    # when a human adds it in the admin (as the seeds spell it)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            reverse("admin:cognition_credential_add"),
+            {"agent": world.alpha.pk, "name": "VAULT_API_KEY", "secret": SECRET},
+        )
+    # then it is stored and the run goes on
+    assert response.status_code == 302
+    run = MotorRun.objects.get(pk=run_id)
+    assert (run.status, run.missing_credentials) == (RunStatus.RUNNING, [])
+    event = RunEvent.objects.filter(run_id=run_id).order_by("id").last()
+    assert (event.actor, event.detail) == ("root", {"credentials_provided": True})
