@@ -43,7 +43,13 @@ def agentmail_skill(endpoint: str = "http://api.agentmail.to/v1/send") -> str:
 
 
 def approved_agentmail(
-    *, agent: Agent, approver: User, domains: list[str], text: str | None = None
+    *,
+    agent: Agent,
+    approver: User,
+    domains: list[str],
+    tools: list[str] | None = None,
+    credentials: list[str] | None = None,
+    text: str | None = None,
 ) -> Policy:
     """An agentmail skill approved for `agent` with `domains` (the state Scenario 1 ends in)."""
     policy = skill_import_pasted(
@@ -51,7 +57,13 @@ def approved_agentmail(
     ).policy
     assert policy is not None
     policy = policy_review(policy=policy, actor=Actor.system("setup"))
-    policy = policy_update(policy=policy, actor=Actor.system("setup"), allowed_domains=domains)
+    policy = policy_update(
+        policy=policy,
+        actor=Actor.system("setup"),
+        allowed_domains=domains,
+        tools=tools if tools is not None else ["read", "write", "fetch"],
+        required_credentials=credentials or [],
+    )
     return policy_approve(policy=policy, actor=Actor.from_user(approver))
 
 
