@@ -7,7 +7,9 @@ from typing import Any
 
 from django.contrib.auth.models import User
 
+from cognition.brain.models import BrainWake, WakeState
 from cognition.models import Agent, Conversation, Message
+from runs.models import Signal
 from skills.models import Policy
 from skills.services import (
     Actor,
@@ -117,3 +119,18 @@ def post(client: Any, conversation: Conversation, text: str) -> list[dict[str, A
     )
     assert response.status_code == 201, response.json()
     return response.json()["messages"]
+
+
+def wait_handled(stack: Any, run_id: str, status: str, nth: int = 1) -> Signal:
+    """The run's nth signal with `status`, once the brain's wake-up for it is done."""
+
+    def found() -> Signal | None:
+        rows = list(Signal.objects.filter(run_id=run_id, payload__status=status).order_by("id"))
+        return rows[nth - 1] if len(rows) >= nth else None
+
+    signal = stack.wait_for(found, f"signal #{nth} {status} of {run_id}")
+    stack.wait_for(
+        lambda: BrainWake.objects.filter(signal=signal, state=WakeState.DONE).exists(),
+        f"the brain's wake-up on {status} of {run_id}",
+    )
+    return signal

@@ -8,14 +8,20 @@ import json
 
 import pytest
 
-from cognition.brain.models import BrainWake, WakeState
 from cognition.models import Conversation, Message
 from cognition.services import credential_set
 from runs.models import Attempt, MotorRun, RunStatus, Signal, Step
 from skills.models import Policy, PolicyAuditEvent, PolicyStatus, SkillVersion
 from tests.cognition.conftest import World
 from tests.e2e.conftest import Stack
-from tests.e2e.support import approved_agentmail, brain_calls, last_id, post, shown
+from tests.e2e.support import (
+    approved_agentmail,
+    brain_calls,
+    last_id,
+    post,
+    shown,
+    wait_handled,
+)
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.fixtures.upstream import Answer
 
@@ -39,21 +45,6 @@ def _send_call() -> dict:
             "body": json.dumps({"to": "john@example.com", "subject": "Hello", "text": "Hi John"}),
         },
     )
-
-
-def _wait_handled(stack: Stack, run_id: str, status: str, nth: int = 1) -> Signal:
-    """The run's nth signal with `status`, once the brain's wake-up for it is done."""
-
-    def found() -> Signal | None:
-        rows = list(Signal.objects.filter(run_id=run_id, payload__status=status).order_by("id"))
-        return rows[nth - 1] if len(rows) >= nth else None
-
-    signal = stack.wait_for(found, f"signal #{nth} {status} of {run_id}")
-    stack.wait_for(
-        lambda: BrainWake.objects.filter(signal=signal, state=WakeState.DONE).exists(),
-        f"the brain's wake-up on {status}",
-    )
-    return signal
 
 
 def test_scenario_2_an_approved_skill_runs_with_its_policy(
@@ -100,7 +91,7 @@ def test_scenario_2_an_approved_skill_runs_with_its_policy(
     system = stack.fast.requests[0]["messages"][0]["content"]
     assert '<skill name="agentmail" status="approved">' in system
     run_id = added[2]["tool_result"]["result"]["run_id"]
-    _wait_handled(stack, run_id, "completed")
+    wait_handled(stack, run_id, "completed")
     run = MotorRun.objects.get(pk=run_id)
     assert run.status == RunStatus.COMPLETED
     assert (run.skill_id, run.skill_version_id) == (policy.skill_id, policy.approved_version_id)
@@ -192,8 +183,8 @@ def test_scenario_3_a_transient_failure_is_retried_with_guidance(
         reply_text("Done: the email to john@example.com went out on the second attempt."),
     )
     stack.motor.add(reply_tools(_send_call()), reply_text("Sent on retry (id msg_1)."))
-    failed = _wait_handled(stack, run_id, "failed")
-    _wait_handled(stack, run_id, "completed")
+    failed = wait_handled(stack, run_id, "failed")
+    wait_handled(stack, run_id, "completed")
 
     run = MotorRun.objects.get(pk=run_id)
     assert (run.status, run.current_attempt_index) == (RunStatus.COMPLETED, 1)
