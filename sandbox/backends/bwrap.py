@@ -14,7 +14,8 @@ Layout of a session
   at /workspace, the supervisor read-only at /opt/motor-cortex. Everything else — /run, /var,
   /home, the project, the data dir, other workspaces, host sockets — is simply not there. Every
   namespace is new (net: loopback only); nested user namespaces are disabled.
-* ``python3 /opt/motor-cortex/supervisor.py serve`` is the sandbox's PID 1 (``--as-pid-1``):
+* The supervisor (``sandbox/inside/supervisor.py``, started as ``python3 -I -S -B -c BOOT serve``
+  from bytecode the backend compiled when it was created) is the sandbox's PID 1 (``--as-pid-1``):
   non-dumpable, immune to signals from inside, under its own seccomp filter; it forks each
   command with rlimits and the stricter command filter (see sandbox/inside/supervisor.py) and
   kills whatever a command leaves behind.
@@ -54,7 +55,8 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.backends._protocol import exec_message
-from sandbox.inside.supervisor import MAX_FRAME_BYTES, ProtocolError, encode_frame
+from sandbox.inside.supervisor import BOOT as SUPERVISOR_BOOT
+from sandbox.inside.supervisor import MAX_FRAME_BYTES, ProtocolError, encode_frame, precompile
 from sandbox.types import ExecRequest, ExecResult, SandboxError, SessionSpec
 
 logger = logging.getLogger(__name__)
@@ -655,6 +657,7 @@ class BwrapBackend:
         )
         self._runtime_root = runtime_root or _default_runtime_root()
         self._egress_resolver = egress_resolver
+        precompile(str(INSIDE_DIR))
         if sweep:
             self.sweep_orphans()
 
@@ -821,7 +824,7 @@ class BwrapBackend:
                     "unix_path": "/run/motor-cortex/egress.sock",
                 }
             args += ["--remount-ro", "/", "--chdir", "/workspace"]
-            args += ["/usr/bin/python3", "-I", "-B", "/opt/motor-cortex/supervisor.py", "serve"]
+            args += ["/usr/bin/python3", "-I", "-S", "-B", "-c", SUPERVISOR_BOOT, "serve"]
 
             log_path = runtime_dir / "supervisor.log"
             log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)

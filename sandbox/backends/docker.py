@@ -47,7 +47,8 @@ from typing import Any
 
 from sandbox.backends._protocol import exec_message
 from sandbox.egress import EgressProxy, PolicyError, Resolver
-from sandbox.inside.supervisor import MAX_FRAME_BYTES, ProtocolError, encode_frame
+from sandbox.inside.supervisor import BOOT as SUPERVISOR_BOOT
+from sandbox.inside.supervisor import MAX_FRAME_BYTES, ProtocolError, encode_frame, precompile
 from sandbox.types import ExecRequest, ExecResult, NetworkPolicy, SandboxError, SessionSpec
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ LABEL_OWNER_START = "motor-cortex.owner-start"
 LABEL_RUNTIME_DIR = "motor-cortex.runtime-dir"
 
 _BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-SUPERVISOR_ARGV = ["python3", "-I", "-B", f"{INSIDE_MOUNT}/supervisor.py", "serve"]
+SUPERVISOR_ARGV = ["python3", "-I", "-S", "-B", "-c", SUPERVISOR_BOOT, "serve"]
 # PID 1 of the container. Docker's own init (tini) would keep the container's environment in a
 # dumpable PID 1 whose /proc/1/environ every sandboxed process (same uid) could read. This one
 # makes itself non-dumpable first, starts the supervisor with an empty environment (the
@@ -551,6 +552,7 @@ class DockerBackend:
             raise SandboxError(
                 f"docker backend: cannot inspect image {self.image!r}: {exc}"
             ) from exc
+        precompile(str(self.inside_dir))
         if sweep:
             sweep_orphans(self._client)
 

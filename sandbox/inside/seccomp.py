@@ -29,7 +29,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 import struct
 
 # --- constants from <linux/seccomp.h>, <linux/filter.h>, <linux/audit.h>, <linux/prctl.h> ---
@@ -225,7 +224,7 @@ class SeccompUnavailable(RuntimeError):
 
 
 def machine() -> str:
-    return platform.machine().lower()
+    return os.uname().machine.lower()
 
 
 def syscall_numbers(arch: str | None = None) -> dict[str, int]:

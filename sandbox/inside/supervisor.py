@@ -102,9 +102,11 @@ import termios
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, BinaryIO
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing would add to every sandbox start
+    from typing import Any, BinaryIO
 
 #: the biggest frame either side accepts (64 MiB)
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -178,30 +180,42 @@ def write_frame(stream: BinaryIO, message: Mapping[str, Any]) -> None:
 # ---------------------------------------------------------------------------- config
 
 
-@dataclass
 class Config:
-    memory_bytes: int = 512 * 1024 * 1024
-    max_processes: int = 64
-    file_size_bytes: int = 64 * 1024 * 1024
-    open_files: int = 256
-    cpu_seconds: int = 600
-    output_bytes: int = 32 * 1024
-    workspace_bytes: int = 256 * 1024 * 1024
-    default_timeout_s: float = 60.0
-    env: dict[str, str] = field(default_factory=dict)
-    workspace: str = "/workspace"
-    sweep: bool = True
-    bridge: dict[str, Any] | None = None
+    """The session's settings (plain classes, not dataclasses: importing dataclasses would add
+    milliseconds to every sandbox start)."""
+
+    def __init__(self) -> None:
+        self.memory_bytes = 512 * 1024 * 1024
+        self.max_processes = 64
+        self.file_size_bytes = 64 * 1024 * 1024
+        self.open_files = 256
+        self.cpu_seconds = 600
+        self.output_bytes = 32 * 1024
+        self.workspace_bytes = 256 * 1024 * 1024
+        self.default_timeout_s = 60.0
+        self.env: dict[str, str] = {}
+        self.workspace = "/workspace"
+        self.sweep = True
+        self.bridge: dict[str, Any] | None = None
 
 
-@dataclass
 class ExecSpec:
-    argv: list[str]
-    stdin: bytes
-    timeout_s: float
-    env: dict[str, str]
-    cwd: str
-    output_limit: int
+    def __init__(
+        self,
+        *,
+        argv: list[str],
+        stdin: bytes,
+        timeout_s: float,
+        env: dict[str, str],
+        cwd: str,
+        output_limit: int,
+    ) -> None:
+        self.argv = argv
+        self.stdin = stdin
+        self.timeout_s = timeout_s
+        self.env = env
+        self.cwd = cwd
+        self.output_limit = output_limit
 
 
 def _str_map(value: object, what: str) -> dict[str, str]:
@@ -1457,10 +1471,69 @@ def main(argv: list[str]) -> int:
     return 2
 
 
-if __name__ == "__main__":
+def entry() -> int:
+    """Run `main` on the command line's arguments (the script's entry point, also reached as
+    ``python3 -I -S -B -c BOOT serve``, see `BOOT`)."""
     try:
-        sys.exit(main(sys.argv[1:]))
+        return main(sys.argv[1:])
     except OSError as exc:
         if exc.errno == errno.EPIPE:
-            sys.exit(0)
+            return 0
         raise
+
+
+#: ``python3 -I -S -B -c BOOT MODE`` starts the supervisor from /opt/motor-cortex as an imported
+#: module, so its bytecode comes from __pycache__ (see `precompile`) instead of being compiled
+#: anew at every sandbox start, as a script always is (-S: nothing of `site` is needed)
+BOOT = (
+    "import sys; sys.path.insert(0, '/opt/motor-cortex'); import supervisor; "
+    "sys.exit(supervisor.entry())"
+)
+#: the modules of this directory that run inside a sandbox
+INSIDE_MODULES = ("supervisor", "seccomp", "bridge", "tools")
+
+
+def precompile(directory: str) -> None:
+    """Write checked-hash bytecode of `INSIDE_MODULES` to `directory`/__pycache__ for this
+    interpreter's cache tag, where an interpreter of the same version inside the sandbox finds
+    it (the mount is read-only; -B keeps it from writing any). A checked-hash file is used only
+    while the source's hash matches, so a stale one is never run. A file already up to date is
+    left alone; anything that cannot be written is left to be compiled at start, as before."""
+    import importlib.util
+    import py_compile
+
+    tag = sys.implementation.cache_tag
+    if tag is None:
+        return
+    cache = os.path.join(directory, "__pycache__")
+    for name in INSIDE_MODULES:
+        source = os.path.join(directory, f"{name}.py")
+        target = os.path.join(cache, f"{name}.{tag}.pyc")
+        try:
+            with open(source, "rb") as fh:
+                digest = importlib.util.source_hash(fh.read())
+            try:
+                with open(target, "rb") as fh:
+                    header = fh.read(16)
+                if (
+                    header[:4] == importlib.util.MAGIC_NUMBER
+                    and header[4:8] == (3).to_bytes(4, "little")  # hash-based, checked
+                    and header[8:16] == digest
+                ):
+                    continue
+            except OSError:
+                pass
+            os.makedirs(cache, mode=0o755, exist_ok=True)
+            py_compile.compile(
+                source,
+                cfile=target,
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+            )
+            os.chmod(target, 0o644)
+        except (OSError, py_compile.PyCompileError):
+            continue
+
+
+if __name__ == "__main__":
+    sys.exit(entry())
