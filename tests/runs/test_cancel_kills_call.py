@@ -1,0 +1,81 @@
+"""Cancelling a run kills its running sandboxed call, on each isolating backend."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connections
+
+from runs.models import MotorRun, Step
+from runs.services import SliceOutcome, run_cancel, run_start, run_step
+from runs.sessions import open_run_sessions, run_session_peek
+from tests.fixtures.llm import reply_tools, tool_call
+
+PROGRAM = (
+    "import time\nopen('started', 'w').write('x')\ntime.sleep(30)\n"
+    "open('finished', 'w').write('x')\n"
+)
+
+
+def _wait_for(predicate, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("backend", ["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def test_cancelling_a_run_kills_its_running_call(backend, agent, scripted_llm, settings, tmp_path):
+    # given a run on `backend` whose slice (in a thread, as in a worker) runs a 30-second program
+    settings.SANDBOX_BACKEND = backend
+    settings.MOTOR_CALL_WATCH_INTERVAL_SECONDS = 0.2
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    run_id = run_start(
+        agent_id=agent.pk, task="t", tools=["code"], workspace=str(workspace), actor="t"
+    )["run_id"]
+    scripted_llm.add(reply_tools(tool_call("code", {"code": PROGRAM})))
+    outcomes: list[SliceOutcome] = []
+
+    def slice_() -> None:
+        try:
+            outcomes.append(run_step(run_id=run_id, client=scripted_llm.client(), owner="w1"))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=slice_)
+    thread.start()
+    assert _wait_for(lambda: (workspace / "started").exists())
+    session = run_session_peek(run_id)
+    assert session is not None and session.backend == backend
+    # when the run is cancelled while the program runs
+    assert run_cancel(run_id=run_id, actor="t")["new_status"] == "cancelled"
+    thread.join(timeout=25)
+    # then the call was killed long before the program's end, the slice recorded nothing more,
+    # and the session is closed
+    assert thread.is_alive() is False
+    assert outcomes == [SliceOutcome.LEASE_LOST]
+    assert session.closed is True and run_id not in open_run_sessions()
+    assert MotorRun.objects.get(pk=run_id).status == "cancelled"
+    assert list(Step.objects.filter(attempt__run_id=run_id).values_list("state", flat=True)) == [
+        "intent"
+    ]
+    # and nothing of the program runs anywhere any more
+    assert not (workspace / "finished").exists()
+    if backend == "bwrap":
+        from tests.sandbox.test_bwrap_session import live_processes_of
+
+        assert live_processes_of(session.inner.host_uid) == []
+    else:
+        import docker
+
+        engine = docker.from_env()
+        labelled = engine.containers.list(
+            all=True, filters={"label": f"motor-cortex.session={session.id}"}
+        )
+        assert labelled == []
