@@ -48,6 +48,7 @@ SERVICE_HOSTS = (
     "api-v2.agentmail.to",
     "cdn.agentmail.to",
     "skills.sh",
+    "files.example.com",
 )
 MODELS = {"fast": "fast-model", "smart": "smart-model", "motor": "motor-model"}
 #: seconds a scenario waits for the worker to reach a state (a bound, not a timing assertion)
