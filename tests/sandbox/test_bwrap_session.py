@@ -205,6 +205,75 @@ def test_sessions_taking_turns_on_one_workspace_can_each_use_it(
     }
 
 
+_MANY_SESSIONS = """
+import json, sys, threading
+from pathlib import Path
+from sandbox.backends import get_backend
+from sandbox.tools import execute_tool
+from sandbox.types import SessionSpec
+
+root, tag, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+backend = get_backend("bwrap")
+barrier = threading.Barrier(count)
+out = {}
+
+def one(i):
+    workspace = root / f"{tag}-{i}"
+    workspace.mkdir(mode=0o700)
+    barrier.wait()
+    with backend.open(SessionSpec(workspace=workspace)) as session:
+        calls = []
+        for n in range(3):
+            for name, args in (
+                ("write", {"path": f"f{n}.txt", "content": f"{tag}-{i}-{n}"}),
+                ("read", {"path": f"f{n}.txt"}),
+                ("bash", {"command": f"cat f{n}.txt"}),
+            ):
+                r = execute_tool(session, name, args, network_enabled=False)
+                calls.append([r.ok, r.output])
+        out[i] = {"uid": session.host_uid, "calls": calls}
+
+threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(json.dumps(out))
+"""
+
+
+def test_many_sessions_opened_at_once_from_several_processes_all_work(tmp_path: Path) -> None:
+    # given three processes that each open five sessions at the same instant from five threads
+    # (as busy worker processes do), each on its own private workspace
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _MANY_SESSIONS, str(tmp_path), f"p{k}", "5"],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for k in range(3)
+    ]
+    outputs = [proc.communicate(timeout=120) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0, 0], [err[-2000:] for _o, err in outputs]
+    # when each session wrote, read and cat'ed its files
+    results = {
+        f"p{k}-{i}": v for k, (out, _e) in enumerate(outputs) for i, v in json.loads(out).items()
+    }
+    # then every call worked, in every session, and no two sessions shared a host uid
+    for name, result in results.items():
+        expected = []
+        for n in range(3):
+            expected += [
+                [True, f"wrote {len(name) + 2} bytes to f{n}.txt"],
+                [True, f"{name}-{n}"],
+                [True, f"{name}-{n}"],
+            ]
+        assert result["calls"] == expected, name
+    uids = [result["uid"] for result in results.values()]
+    assert len(uids) == 15 and len(set(uids)) == 15
+
+
 def test_sandbox_that_cannot_start_raises_sandbox_error(tmp_path: Path) -> None:
     backend = get_backend("bwrap")
     # a missing workspace
