@@ -61,13 +61,14 @@ from runs.services import (
 )
 from runs.tools import expand_granted
 from skills import bundle as bundle_lib
-from skills.errors import SkillNotFound
+from skills.errors import PolicyTransitionNotAllowed, SkillNotFound
 from skills.models import Policy, PolicyStatus
 from skills.selectors import policy_credential_values, policy_detail
 from skills.services import (
     Actor,
     LoadedSkill,
     policy_approve,
+    policy_create,
     policy_reject,
     policy_review,
     policy_update,
@@ -622,6 +623,21 @@ def skill_policy(*, agent: Agent, name: Any) -> Policy:
     return policy
 
 
+def _policy_to_review(*, principal: Principal, agent: Agent, name: Any) -> Policy:
+    """The agent's policy for `name`. A skill that another agent of the same owner holds gets a
+    policy of this agent's own first (needs_reapproval; seed 000 Scenario 5: each agent approves
+    a shared skill itself). Any other skill without a policy is not found."""
+    try:
+        return skill_policy(agent=agent, name=name)
+    except SkillNotFound:
+        if not Policy.objects.filter(skill__name=name, agent__owner_id=agent.owner_id).exists():
+            raise
+    try:
+        return policy_create(skill=name, agent=agent, actor=skill_actor(principal))
+    except PolicyTransitionNotAllowed:  # created meanwhile
+        return skill_policy(agent=agent, name=name)
+
+
 def skill_detail(*, policy: Policy) -> dict[str, Any]:
     policy = Policy.objects.select_related(
         "skill", "skill__current_version", "agent", "approved_by", "approved_version"
@@ -724,9 +740,10 @@ def core_skill(
         return skill_detail(
             policy=skill_import_for(principal=principal, agent=agent, text=skill_md)
         )
-    policy = skill_policy(agent=agent, name=name)
     if action == "review":
+        policy = _policy_to_review(principal=principal, agent=agent, name=name)
         return skill_review_facts(principal=principal, policy=policy)
+    policy = skill_policy(agent=agent, name=name)
     actor = gate(principal=principal, action=f"skill.{action}", trigger=trigger)
     if action == "approve":
         return skill_detail(policy=policy_approve(policy=policy, actor=actor, note=note or ""))

@@ -9,7 +9,7 @@ from html import escape
 from typing import Any
 
 from cognition.models import Agent
-from skills.models import Policy
+from skills.models import Policy, Skill
 
 from .models import Conversation, TurnTrigger
 
@@ -24,7 +24,9 @@ You get things done by delegating to Motor Cortex through the core_* tools:
   agentic run answers later: you are woken with its motor_result.
 - core_task manages runs (status, cancel, retry with guidance, respond to a question).
 - core_skill manages skills: list, review (deterministic security facts), import, and the
-  consent-gated approve / reject / update / delete.
+  consent-gated approve / reject / update / delete. A skill listed with status "not_yet_yours"
+  was learned by another agent of your owner: it runs with a policy only once the user approves
+  it for you too; core_skill review gives you your own policy for it and its facts.
 - core_credential lists and deletes vault credentials by name. You never handle secret values:
   a person enters them in the admin or through the API, never in this chat.
 Rules:
@@ -74,7 +76,9 @@ _ON_TRIGGER: dict[str, str] = {
 
 
 def available_skills(*, agent: Agent) -> str:
-    """<available_skills> with one <skill> per policy of `agent`: name, status, description."""
+    """<available_skills> with one <skill> per policy of `agent` (name, status, description),
+    then the skills other agents of the same owner hold and `agent` has no policy for yet
+    (status "not_yet_yours"; seed 000 Scenario 5)."""
     policies = (Policy.objects.filter(agent=agent).select_related("skill").order_by("skill__name"))[
         :MAX_LISTED_SKILLS
     ]
@@ -83,6 +87,18 @@ def available_skills(*, agent: Agent) -> str:
         lines.append(
             f'  <skill name="{escape(policy.skill.name)}" status="{escape(policy.status)}">'
             f"{escape(policy.skill.description)}</skill>"
+        )
+    room = MAX_LISTED_SKILLS - len(lines) + 1
+    shared = (
+        Skill.objects.filter(policies__agent__owner_id=agent.owner_id)
+        .exclude(policies__agent=agent)
+        .distinct()
+        .order_by("name")
+    )[: max(room, 0)]
+    for skill in shared:
+        lines.append(
+            f'  <skill name="{escape(skill.name)}" status="not_yet_yours">'
+            f"{escape(skill.description)}</skill>"
         )
     lines.append("</available_skills>")
     return "\n".join(lines)

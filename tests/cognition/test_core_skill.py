@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from cognition.brain.prompts import available_skills
 from cognition.principals import Principal
+from cognition.services import agent_create
 from cognition.tools import core_dispatch
 from skills.models import Policy, PolicyStatus
 
@@ -72,6 +74,7 @@ def test_list_and_review_need_no_consent_and_see_only_the_agents_skills(world, t
         trigger="user_message",
     )
     assert other["error"]["code"] == "skill_not_found"
+    assert not Policy.objects.filter(agent=world.bravo).exists()
     empty = core_dispatch(
         principal=Principal.for_agent(world.bravo),
         tool_name="core_skill",
@@ -79,6 +82,37 @@ def test_list_and_review_need_no_consent_and_see_only_the_agents_skills(world, t
         trigger="user_message",
     )
     assert empty == {"ok": True, "result": {"skills": []}}
+
+
+def test_review_gives_another_agent_of_the_same_owner_its_own_policy(world, tmp_path):
+    # given a skill approved for alpha, and a second agent of alpha's owner
+    approved = skill_in_status(
+        tmp_path / "src", agent=world.alpha, approver=world.olivia, status="approved"
+    )
+    gamma = agent_create(name="gamma", owner=world.olivia, actor=world.olivia)
+    assert 'name="weather-report" status="not_yet_yours"' in available_skills(agent=gamma)
+    # when gamma reviews it
+    review = core_dispatch(
+        principal=Principal.for_agent(gamma),
+        tool_name="core_skill",
+        arguments={"action": "review", "name": "weather-report"},
+        trigger="motor_result",
+    )
+    # then gamma has a policy of its own, reviewed and without permissions; alpha's is unchanged
+    assert (review["ok"], review["result"]["status"]) == (True, "reviewed")
+    own = Policy.objects.get(agent=gamma, skill=approved.skill)
+    assert (own.status, own.allowed_domains, own.approved_by) == ("reviewed", [], None)
+    assert Policy.objects.get(pk=approved.pk).status == PolicyStatus.APPROVED
+    assert 'name="weather-report" status="reviewed"' in available_skills(agent=gamma)
+    # and approving it still needs the user
+    refused = core_dispatch(
+        principal=Principal.for_agent(gamma),
+        tool_name="core_skill",
+        arguments={"action": "approve", "name": "weather-report"},
+        trigger="motor_result",
+    )
+    assert refused["error"]["code"] == "consent_required"
+    assert Policy.objects.get(pk=own.pk).status == PolicyStatus.REVIEWED
 
 
 def test_task_list_filters_by_status_and_limits(world, workspaces):

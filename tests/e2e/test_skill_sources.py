@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from cognition.brain.prompts import available_skills
 from cognition.models import Conversation
 from runs.models import MotorRun, Signal
 from skills.models import Policy, PolicyAuditEvent, PolicyStatus, Skill, SkillVersion
@@ -42,13 +43,11 @@ def test_scenario_5_a_second_agent_must_approve_the_shared_skill_itself(
     gamma = make_agent("gamma", owner=world.olivia)
     chat = Conversation.objects.create(agent=gamma, user=world.olivia)
     olivia = session_client(world.olivia)
-    act = {"mode": "agentic", "skill": "agentmail", "task": "Email john@example.com: Hello"}
     presented = (
-        "AgentMail exists, but this agent has not approved it yet. It references "
-        "api.agentmail.to and AGENTMAIL_API_KEY. Approve it for this agent?"
+        "AgentMail was learned by your other agent, but this agent has not approved it yet. It "
+        "references api.agentmail.to and AGENTMAIL_API_KEY. Approve it for this agent?"
     )
     stack.fast.add(
-        reply_tools(tool_call("core_act", act)),
         reply_tools(tool_call("core_skill", {"action": "review", "name": "agentmail"})),
         reply_text(presented),
     )
@@ -56,29 +55,25 @@ def test_scenario_5_a_second_agent_must_approve_the_shared_skill_itself(
     # when olivia asks gamma to use it
     added = post(olivia, chat, "Send an email via AgentMail to john@example.com")
 
-    # then gamma's brain did not list the skill, its start was refused with the reason, the skill
-    # got a policy of gamma's own (needs_reapproval, then reviewed) and nothing ran
+    # then gamma's brain saw the skill as not yet its own, and its review gave gamma a policy of
+    # its own (needs_reapproval, then reviewed) with no permissions; nothing ran
     system = stack.fast.requests[0]["messages"][0]["content"]
-    assert 'name="agentmail"' not in system
-    [(_, refused), (_, review)] = tool_results(chat)
-    assert (refused["ok"], refused["error"]["code"], refused["error"]["details"]) == (
-        False,
-        "act_refused",
-        {
-            "rule": "unapproved_skill_needs_explicit_grants",
-            "status": "needs_reapproval",
-            "missing": ["tools", "domains"],
-        },
-    )
-    assert refused["error"]["message"].startswith(
-        "Skill 'agentmail' is needs_reapproval for agent 'gamma', not approved"
-    )
+    assert '<skill name="agentmail" status="not_yet_yours">' in system
+    # an agent of another owner does not see it
+    assert 'name="agentmail"' not in available_skills(agent=world.bravo)
+    [(_, review)] = tool_results(chat)
     assert review["ok"] is True
-    assert review["result"]["facts"]["referenced_domains"] == ["api.agentmail.to"]
+    assert (review["result"]["status"], review["result"]["facts"]["referenced_domains"]) == (
+        "reviewed",
+        ["api.agentmail.to"],
+    )
     gamma_policy = Policy.objects.get(agent=gamma, skill=alpha_policy.skill)
     assert (gamma_policy.status, gamma_policy.allowed_domains) == (PolicyStatus.REVIEWED, [])
     _no_run_happened(stack)
-    assert shown(chat, since=added[0]["id"] - 1)[-1] == ("assistant", "", presented)
+    assert shown(chat) == [
+        ("user", "", "Send an email via AgentMail to john@example.com"),
+        ("assistant", "", presented),
+    ]
 
     # when olivia approves it for gamma with the API's domain
     mark = added[-1]["id"]
