@@ -127,6 +127,12 @@ def test_scenario_7_a_skill_fetched_from_a_url_keeps_its_provenance(
     ]
     card = chat.messages.get(event__type="skill_review").event
     assert card["facts"]["provenance"]["source"] == SOURCE
+    # and the chat page's review card names the source and offers the approve button
+    page = olivia.get(f"/chat/{chat.pk}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f'<dd class="provenance">{SOURCE} (fetched {FETCHED_AT})</dd>' in html
+    assert "Approve agentmail</button>" in html
     wake_prompt = json.dumps(stack.smart.requests[0]["messages"])
     assert SOURCE in wake_prompt
     assert "You cannot approve on this turn." in stack.smart.requests[0]["messages"][0]["content"]
