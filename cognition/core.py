@@ -87,7 +87,7 @@ from .errors import (
     CredentialsMissing,
     SkillShared,
 )
-from .models import Agent
+from .models import Agent, Credential
 from .principals import Principal
 from .selectors import agents_visible_to, credential_list_names, credentials_resolve
 from .services import credential_delete, credential_set
@@ -191,9 +191,10 @@ def run_credentials_resolve(*, agent_id: int, run_id: str, names: list[str]) -> 
             .filter(status=PolicyStatus.APPROVED)
             .first()
         )
-    spelled: list[str] = []
+    # The spelling a program reads ($API_KEY): the vault's, overridden by the policy's.
+    spelled = list(Credential.objects.filter(agent=agent).values_list("name", flat=True))
     if policy is not None:
-        spelled = [*policy.required_credentials, *policy_credential_values(policy=policy)]
+        spelled += [*policy.required_credentials, *policy_credential_values(policy=policy)]
     by_lower = {n.lower(): n for n in spelled}
     out: dict[str, str] = {}
     for run_name in names:

@@ -353,3 +353,22 @@ def test_a_resolver_failing_at_resume_time_leaves_the_credential_set_and_the_run
     # then setting it succeeded and the run still waits (its next step reports the failure)
     assert list(Credential.objects.values_list("name", flat=True)) == ["api_key"]
     assert run_status(run_id) == RunStatus.AWAITING_INPUT
+
+
+@pytest.mark.django_db
+def test_a_run_without_a_skill_gets_a_vault_value_under_its_stored_spelling_too(
+    world: World,
+) -> None:
+    # given API_KEY in alpha's vault and a run asking for it in lower case
+    from cognition.core import run_credentials_resolve
+
+    credential_set(agent=world.alpha, name="API_KEY", value=VALUE, actor="t")
+    run_id = run_start(agent_id=world.alpha.pk, task="t", credential_names=["API_KEY"], actor="t")[
+        "run_id"
+    ]
+    # when the runtime resolves the run's names
+    values = run_credentials_resolve(
+        agent_id=world.alpha.pk, run_id=run_id, names=["api_key", "other"]
+    )
+    # then the value comes under the run's name and the vault's ($API_KEY); the unset one is absent
+    assert values == {"api_key": VALUE, "API_KEY": VALUE}
