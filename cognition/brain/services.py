@@ -38,7 +38,9 @@ Interface (keyword-only; `actor` is who acts — a `Principal`, or a Django user
           then the smart model reports and asks the user to approve;
         - awaiting_input: conversation → awaiting_answer with the question, run and tool_call id;
           core.task is not offered; the user's next message is routed by the model as the answer
-          (core.task respond) and the conversation returns to idle;
+          (core.task respond) and the conversation returns to idle. A run waiting for
+          credentials nobody has set is not a question for the chat: the event says to set them
+          in the admin or the API (never in the chat) and the conversation does not wait;
         - awaiting_approval: core.task not offered; the model asks the user;
         - failed: the model is told whether a retry is possible (retryable and attempts left) and
           retries with guidance, or explains.
@@ -336,6 +338,8 @@ def _wake_facts(signal: Signal, run: MotorRun | None) -> dict[str, Any]:
         )
     elif status == "awaiting_input":
         facts["question"] = payload.get("question")
+        if payload.get("missing_credentials"):
+            facts["missing_credentials"] = list(payload["missing_credentials"])
     elif status == "awaiting_approval":
         facts["approval"] = payload.get("approval")
     return facts
@@ -351,6 +355,13 @@ def _event_text(facts: dict[str, Any]) -> str:
     if status == "failed":
         message = (facts.get("error") or {}).get("message") or "failed"
         return f"Run {run_id} failed: {message}"
+    if status == "awaiting_input" and facts.get("missing_credentials"):
+        names = ", ".join(facts["missing_credentials"])
+        return (
+            f"Run {run_id} waits for credentials nobody has set: {names}. Set them in the admin "
+            "(Credentials) or through the API; never send a value in this chat. The run goes on "
+            "by itself once they are set."
+        )
     if status == "awaiting_input":
         return f"Run {run_id} asks: {facts.get('question')}"
     if status == "awaiting_approval":
@@ -440,7 +451,12 @@ def _wake_turn(*, conversation: Conversation, signal: Signal, client: openai.Ope
         )
     status = facts.get("status")
     role = ModelRole.FAST
-    if is_run and status == "awaiting_input" and run is not None:
+    if is_run and status == "awaiting_input" and facts.get("missing_credentials"):
+        # Not a question for the chat: the values go into the vault, and the run resumes by
+        # itself when they are set, so the conversation does not wait for an answer.
+        if conversation.pending_run_id == facts.get("run_id"):
+            conversation_clear_pending(conversation=conversation)
+    elif is_run and status == "awaiting_input" and run is not None:
         attempt = Attempt.objects.filter(run=run, index=run.current_attempt_index).first()
         Conversation.objects.filter(pk=conversation.pk).update(
             status=ConversationStatus.AWAITING_ANSWER,

@@ -17,6 +17,7 @@ from cognition.models import Conversation
 from runs.models import Attempt, MotorRun, RunStatus, Signal
 from skills.models import Policy, PolicyAuditEvent, PolicyStatus
 from tests.cognition.conftest import World
+from tests.cognition.worker_support import clean_run_queue  # noqa: F401 - fixture
 from tests.fixtures.llm import ScriptedLLM, reply_text, reply_tools, tool_call
 from tests.runs.helpers import drive
 
@@ -286,3 +287,46 @@ def test_a_wake_whose_turn_is_alive_elsewhere_waits(
     assert chat.messages.count() == 0
     assert scripted_llm.requests == []
     assert BrainWake.objects.get(signal=signal).state == WakeState.RUNNING
+
+
+@pytest.mark.usefixtures("clean_run_queue")  # the resumed run's step is queued
+def test_a_run_waiting_for_a_credential_is_not_a_question_for_the_chat(
+    world: World,
+    chat: Conversation,
+    scripted_llm,
+    workspaces,
+    models,
+    settings,
+    django_capture_on_commit_callbacks,
+) -> None:
+    # given a run of alpha waiting for mail_token, which nobody has set
+    from cognition.services import credential_set
+    from runs.services import run_start
+
+    settings.MOTOR_CREDENTIAL_RESOLVER = "cognition.core.run_credentials_resolve"
+    run_id = run_start(
+        agent_id=world.alpha.pk, task="Send mail", credential_names=["MAIL_TOKEN"], actor="t"
+    )["run_id"]
+    drive(run_id, ScriptedLLM().client())
+    assert MotorRun.objects.get(pk=run_id).missing_credentials == ["mail_token"]
+    # when the brain wakes on its signal
+    brain = scripted_llm
+    brain.add(reply_text("Please set MAIL_TOKEN in the admin; do not paste it here."))
+    assert (
+        brain_wake_handle(signal_id=_signal(run_id, "awaiting_input").pk, client=brain.client())
+        == "handled"
+    )
+    # then the event says where to set it, and the conversation does not wait for an answer
+    event = chat.messages.get(role="event")
+    assert event.text == (
+        f"Run {run_id} waits for credentials nobody has set: mail_token. Set them in the admin "
+        "(Credentials) or through the API; never send a value in this chat. The run goes on by "
+        "itself once they are set."
+    )
+    assert event.event["missing_credentials"] == ["mail_token"]
+    chat.refresh_from_db()
+    assert (chat.status, chat.pending_run_id) == (ConversationStatus.IDLE, "")
+    # and the run resumes when the credential is set in the vault
+    with django_capture_on_commit_callbacks(execute=True):
+        credential_set(agent=world.alpha, name="MAIL_TOKEN", value="m-9f2c", actor="t")
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.RUNNING
