@@ -987,11 +987,13 @@ class Runner:
         return _FileServer(pid, req_w, ans_r, err_r)
 
     def _server_hard(self, res: int, hard: int) -> int:
+        """The hard limit the file server keeps for `res` (never above this process's own)."""
+        own_hard = self._own[res][1]
         if res == resource.RLIMIT_FSIZE:
-            return self.config.file_size_bytes or self._own[res][1]
+            return _lower(self.config.file_size_bytes or _INF, own_hard)
         if res == resource.RLIMIT_CPU:
-            return self._own[res][1]
-        return hard
+            return own_hard
+        return _lower(hard, own_hard)
 
     def stop_file_server(self) -> None:
         server, self._file_server = self._file_server, None
