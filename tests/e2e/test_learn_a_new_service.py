@@ -189,3 +189,81 @@ def test_scenario_1_a_new_service_becomes_an_approved_skill(
     assert [r["ok"] for _, r in tool_results(chat, since=mark)] == [True, True]
     assert stack.scripts_spent() == {"fast": 0, "smart": 0, "motor": 0}
     assert Signal.objects.filter(agent=world.alpha).count() == 1
+
+
+def test_scenario_1_if_the_user_rejects_the_skill_it_is_not_approved(
+    stack: Stack, world: World, session_client
+) -> None:
+    # given a research run that created agentmail, presented to olivia
+    stack.upstream.route("docs.agentmail.to", "/", Answer(body=DOCS_PAGE))
+    chat = Conversation.objects.create(agent=world.alpha, user=world.olivia)
+    olivia = session_client(world.olivia)
+    stack.fast.add(
+        reply_tools(
+            tool_call(
+                "core_act",
+                {
+                    "mode": "agentic",
+                    "task": "Research AgentMail at http://docs.agentmail.to/ and create a skill.",
+                    "tools": ["read", "write", "fetch"],
+                    "domains": ["docs.agentmail.to"],
+                },
+            )
+        ),
+        reply_text("Learning AgentMail."),
+    )
+    stack.motor.add(
+        reply_tools(tool_call("fetch", {"url": "http://docs.agentmail.to/"})),
+        reply_tools(tool_call("write", {"path": "SKILL.md", "content": agentmail_skill()})),
+        reply_text("Created the agentmail skill."),
+    )
+    stack.smart.add(reply_text(PRESENTED))
+    added = post(olivia, chat, "I came across AgentMail, learn how to work with it")
+    run_id = added[2]["tool_result"]["result"]["run_id"]
+    done = stack.wait_for(
+        lambda: Signal.objects.filter(run_id=run_id, payload__status="completed").first(),
+        "the run's completed signal",
+    )
+    stack.wait_for(
+        lambda: BrainWake.objects.filter(signal=done, state=WakeState.DONE).exists(),
+        "the brain's wake-up",
+    )
+    policy = Policy.objects.get(skill__name="agentmail", agent=world.alpha)
+    assert policy.status == PolicyStatus.REVIEWED
+    audit_before = PolicyAuditEvent.objects.filter(policy=policy).count()
+
+    # when olivia says it looks wrong, the brain asks what is wrong and changes nothing
+    mark = last_id(chat)
+    question = "What looks wrong? I can research it again with your corrections."
+    stack.fast.add(reply_text(question))
+    post(olivia, chat, "No, that looks wrong")
+
+    # then the skill is still waiting for approval, untouched, and cannot run with its policy
+    policy.refresh_from_db()
+    assert (policy.status, policy.approved_by, policy.allowed_domains) == (
+        PolicyStatus.REVIEWED,
+        None,
+        [],
+    )
+    assert PolicyAuditEvent.objects.filter(policy=policy).count() == audit_before
+    assert brain_calls(chat, since=mark) == []
+    assert shown(chat, since=mark) == [
+        ("user", "", "No, that looks wrong"),
+        ("assistant", "", question),
+    ]
+    # when the brain tries to use it anyway, the start is refused with the reason
+    stack.fast.add(
+        reply_tools(
+            tool_call("core_act", {"mode": "agentic", "skill": "agentmail", "task": "Send a mail"})
+        ),
+        reply_text("AgentMail is not approved, so I cannot use it yet."),
+    )
+    mark = last_id(chat)
+    post(olivia, chat, "Then just send a test mail with it")
+    [(_, refused)] = tool_results(chat, since=mark)
+    assert (refused["ok"], refused["error"]["details"]["rule"]) == (
+        False,
+        "unapproved_skill_needs_explicit_grants",
+    )
+    assert MotorRun.objects.count() == 1
+    assert stack.scripts_spent() == {"fast": 0, "smart": 0, "motor": 0}
