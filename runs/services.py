@@ -1287,7 +1287,12 @@ def _resume_with_credentials(
     previous = run.status
     run.resume()
     run.missing_credentials = []
-    run.save(update_fields=["status", "missing_credentials", "updated_at"])
+    fields = ["status", "missing_credentials", "updated_at"]
+    if attempt.index == 0 and attempt.iteration == 0 and not attempt.steps.exists():
+        # It waited before doing anything: its time budget starts now, not before the wait.
+        run.started_at = timezone.now()
+        fields.append("started_at")
+    run.save(update_fields=fields)
     _event(run, from_status=previous, actor=actor, credentials_provided=True)
     token, run_id = run.lease_token, run.id
     transaction.on_commit(lambda: _enqueue_step(run_id, token))

@@ -372,3 +372,31 @@ def test_a_run_without_a_skill_gets_a_vault_value_under_its_stored_spelling_too(
     )
     # then the value comes under the run's name and the vault's ($API_KEY); the unset one is absent
     assert values == {"api_key": VALUE, "API_KEY": VALUE}
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("clean_run_queue")
+def test_a_long_wait_for_a_credential_does_not_use_up_the_run_s_time(
+    world: World, scripted_llm, settings, django_capture_on_commit_callbacks
+) -> None:
+    # given a run with a 60 s budget that waited 10 minutes for api_key before doing anything
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.MOTOR_CREDENTIAL_RESOLVER = "cognition.core.run_credentials_resolve"
+    run_id = run_start(
+        agent_id=world.alpha.pk, task="t", credential_names=["api_key"], timeout_s=60, actor="t"
+    )["run_id"]
+    drive(run_id, scripted_llm.client())
+    MotorRun.objects.filter(pk=run_id).update(started_at=timezone.now() - timedelta(minutes=10))
+    # when it is set and the run goes on
+    set_at = timezone.now()
+    with django_capture_on_commit_callbacks(execute=True):
+        credential_set(agent=world.alpha, name="api_key", value=VALUE, actor="t")
+    scripted_llm.add(reply_text("done"))
+    drive(run_id, scripted_llm.client())
+    # then it completed: its time counted from the resume, not from before the wait
+    run = MotorRun.objects.get(pk=run_id)
+    assert run.status == RunStatus.COMPLETED, run.result
+    assert run.started_at >= set_at
