@@ -286,3 +286,124 @@ def test_scenario_4b_a_new_domain_is_asked_for_allowed_and_the_run_retried(
     ) == ["awaiting_input"]
     assert stack.scripts_spent() == {"fast": 0, "smart": 0, "motor": 0}
     assert Policy.objects.count() == 1
+
+
+def test_scenario_4_when_the_run_cannot_heal_a_research_run_rewrites_the_skill(
+    stack: Stack, world: World, session_client
+) -> None:
+    # given agentmail approved for its API host only, whose endpoint is gone
+    policy = approved_agentmail(
+        agent=world.alpha,
+        approver=world.olivia,
+        domains=["api.agentmail.to"],
+        tools=["read", "fetch"],
+    )
+    v1 = policy.skill.current_version
+    stack.upstream.route(
+        "api.agentmail.to", "/v1/send", Answer(status=404, body="no such endpoint\n")
+    )
+    stack.upstream.route("agentmail.to", "/docs", Answer(body=V2_DOCS))
+    healed = agentmail_skill("http://api.agentmail.to/v2/messages")
+    chat = Conversation.objects.create(agent=world.alpha, user=world.olivia)
+    olivia = session_client(world.olivia)
+    research = (
+        "The agentmail skill is broken: POST /v1/send answers 404. Research the current AgentMail "
+        "API at http://agentmail.to/docs and write an updated skill named agentmail (SKILL.md)."
+    )
+    stack.fast.add(
+        reply_tools(
+            tool_call(
+                "core_act",
+                {"mode": "agentic", "skill": "agentmail", "task": "Email john@example.com: Hello"},
+            )
+        ),
+        reply_text("Sending it with AgentMail."),
+        # the failed wake-up: not a transient failure, so a dedicated research run instead
+        reply_tools(
+            tool_call(
+                "core_act",
+                {
+                    "mode": "agentic",
+                    "task": research,
+                    "tools": ["read", "write", "fetch"],
+                    "domains": ["agentmail.to"],
+                },
+            )
+        ),
+        reply_text("AgentMail's send endpoint is gone (404). I'm researching its current API."),
+    )
+    # the skill run cannot reach any docs (its policy has only the API host): three 404s fail it
+    stack.motor.add(
+        reply_tools(_post("http://api.agentmail.to/v1/send")),
+        reply_tools(_post("http://api.agentmail.to/v1/send")),
+        reply_tools(_post("http://api.agentmail.to/v1/send")),
+        # the research run
+        reply_tools(tool_call("fetch", {"url": "http://agentmail.to/docs"})),
+        reply_tools(tool_call("write", {"path": "SKILL.md", "content": healed})),
+        reply_text("Rewrote agentmail for POST /v2/messages."),
+    )
+    presented = "I rewrote AgentMail for its new endpoint /v2/messages. Approve the new version?"
+    stack.smart.add(reply_text(presented))
+
+    # when olivia asks
+    added = post(olivia, chat, "Send an email via AgentMail to john@example.com")
+    first_id = added[2]["tool_result"]["result"]["run_id"]
+    wait_handled(stack, first_id, "failed")
+
+    # then the brain started a research run on the failed wake-up
+    [(trigger, tool, args)] = brain_calls(chat, since=added[-1]["id"])
+    assert (trigger, tool, args["domains"]) == ("motor_result", "core_act", ["agentmail.to"])
+    second_id = next(r["result"]["run_id"] for name, r in tool_results(chat, since=added[-1]["id"]))
+    wait_handled(stack, second_id, "completed")
+
+    # then the first run failed, the research run wrote version 2, which waits for review
+    first, second = MotorRun.objects.get(pk=first_id), MotorRun.objects.get(pk=second_id)
+    assert (first.status, first.result["failure"]["category"]) == (
+        RunStatus.FAILED,
+        "tool_failure",
+    )
+    assert (second.status, second.skill_id, second.result["skills"]["updated"]) == (
+        RunStatus.COMPLETED,
+        None,
+        ["agentmail"],
+    )
+    policy.refresh_from_db()
+    v2 = policy.skill.current_version
+    assert (v2.number, policy.status, policy.approved_version_id) == (
+        2,
+        PolicyStatus.REVIEWED,
+        v1.pk,
+    )
+    assert bytes(v2.files.get(path="SKILL.md").data).decode() == healed
+    assert stack.upstream.requests("api.agentmail.to") == ["POST /v1/send"] * 3
+    assert stack.upstream.requests("agentmail.to") == ["GET /docs"]
+    assert shown(chat, since=added[-1]["id"]) == [
+        (
+            "event",
+            "motor_result",
+            f"Run {first_id} failed: tool 'fetch' failed 3 times in a row with error_code "
+            "'http_error'",
+        ),
+        (
+            "assistant",
+            "",
+            "AgentMail's send endpoint is gone (404). I'm researching its current API.",
+        ),
+        (
+            "event",
+            "motor_result",
+            f"Run {second_id} completed: Rewrote agentmail for POST /v2/messages.",
+        ),
+        ("event", "skill_review", "Skill 'agentmail' is reviewed and waits for your approval."),
+        ("assistant", "", presented),
+    ]
+
+    # when olivia approves the new version
+    stack.fast.add(
+        reply_tools(tool_call("core_skill", {"action": "approve", "name": "agentmail"})),
+        reply_text("The new AgentMail is approved."),
+    )
+    post(olivia, chat, "Yes, approve it")
+    policy.refresh_from_db()
+    assert (policy.status, policy.approved_version_id) == (PolicyStatus.APPROVED, v2.pk)
+    assert stack.scripts_spent() == {"fast": 0, "smart": 0, "motor": 0}
