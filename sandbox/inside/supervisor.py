@@ -1001,7 +1001,7 @@ class Runner:
             server.stop()
 
     def _file_server_call(
-        self, spec: ExecSpec, op: str, targets: LimitTargets, started: float
+        self, spec: ExecSpec, op: str, targets: LimitTargets, started: float, *, read_only: bool
     ) -> dict[str, Any] | None:
         """Answer file operation `op` on the file server (forked first when there is none).
         None when no server could take the request (nothing ran): the caller starts a fresh
@@ -1037,10 +1037,12 @@ class Runner:
         except OSError:
             self.stop_file_server()
             return None
-        return self._await_answer(server, spec, started)
+        return self._await_answer(server, spec, started, check_quota=not read_only)
 
-    def _await_answer(self, server: _FileServer, spec: ExecSpec, started: float) -> dict[str, Any]:
-        """Wait for the server's answer under the call's timeout and workspace quota."""
+    def _await_answer(
+        self, server: _FileServer, spec: ExecSpec, started: float, *, check_quota: bool
+    ) -> dict[str, Any]:
+        """Wait for the server's answer under the call's timeout (and workspace quota)."""
         deadline = started + spec.timeout_s
         scan_interval = 0.05
         next_scan = started + scan_interval
@@ -1057,7 +1059,7 @@ class Runner:
                 if now >= deadline:
                     timed_out = True
                     break
-                if self.config.workspace_bytes and now >= next_scan:
+                if check_quota and self.config.workspace_bytes and now >= next_scan:
                     scan_started = time.monotonic()
                     if self._over_quota():
                         quota_hit = True
@@ -1091,7 +1093,7 @@ class Runner:
         finally:
             sel.close()
         if answer is not None and not truncated and not timed_out and not quota_hit:
-            if self.config.workspace_bytes and self._over_quota():
+            if check_quota and self.config.workspace_bytes and self._over_quota():
                 quota_hit = True
             duration_ms = int((time.monotonic() - started) * 1000)
             return _result(
@@ -1106,7 +1108,7 @@ class Runner:
         self._file_server = None
         returncode = server.stop()
         err = server.stderr
-        if quota_hit or (self.config.workspace_bytes and self._over_quota()):
+        if quota_hit or (check_quota and self.config.workspace_bytes and self._over_quota()):
             quota_hit = True
         duration_ms = int((time.monotonic() - started) * 1000)
         if timed_out or quota_hit or truncated:
@@ -1132,19 +1134,23 @@ class Runner:
 
     def run(self, spec: ExecSpec) -> dict[str, Any]:
         started = time.monotonic()
-        targets = limit_targets(self.config, self._file_size_cap())
+        op = self._file_op(spec)
         try:
-            op = self._file_op(spec)
             if op is not None:
-                answered = self._file_server_call(spec, op, targets, started)
+                assert self._tools is not None
+                read_only = op in self._tools.READ_ONLY_OPS
+                # an operation that writes nothing needs no file size cap and no quota checks
+                # (nothing else runs beside the file server): no scans of the workspace for it
+                file_size = None if read_only else self._file_size_cap()
+                answered = self._file_server_call(
+                    spec, op, limit_targets(self.config, file_size), started, read_only=read_only
+                )
                 if answered is not None:
                     return answered
             # a command never meets the file server: no process of ours but the supervisor is
             # there when it starts
             self.stop_file_server()
-            proc: subprocess.Popen[bytes] | None = None
-            if proc is None:
-                proc = self._start(spec, targets)
+            proc = self._start(spec, limit_targets(self.config, self._file_size_cap()))
         except FileNotFoundError as exc:
             if exc.filename == spec.cwd:
                 msg = f"working directory {spec.cwd} does not exist"

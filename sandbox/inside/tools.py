@@ -813,6 +813,8 @@ OPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 #: the operations a resident supervisor may serve in a forked child of itself instead of a fresh
 #: interpreter (see supervisor.py): they read only their request and the workspace
 FILE_OPS = frozenset({"read", "write", "edit", "list", "glob", "grep"})
+#: the file operations that never write anything (they open files read-only and list directories)
+READ_ONLY_OPS = frozenset({"read", "list", "glob", "grep"})
 
 
 def respond(op: str, raw: bytes) -> str:

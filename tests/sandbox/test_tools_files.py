@@ -472,3 +472,28 @@ def test_file_tools_are_held_to_what_is_left_of_the_workspace_quota(ws: Path, ba
     )
     assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "b.txt"]
     assert (ws / "b.txt").stat().st_size == 160 * 1024
+
+
+@pytest.mark.parametrize("backend", ["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def test_reading_tools_work_in_a_workspace_over_its_quota_and_writes_do_not(
+    ws: Path, backend: str
+) -> None:
+    # given a workspace already over its 64 KiB quota (files put there from outside)
+    (ws / "big.bin").write_bytes(b"\x01" * 128 * 1024)
+    (ws / "notes.txt").write_text("text\n")
+    spec = SessionSpec(workspace=ws, limits=Limits(workspace_bytes=64 * 1024))
+    with get_backend(backend).open(spec) as session:
+        # when the reading tools and then a write run
+        read = run(session, "read", path="notes.txt")
+        listing = run(session, "list")
+        found = run(session, "grep", pattern="text")
+        write = run(session, "write", path="more.txt", content="x")
+    # then the reading tools answer (they write nothing), and the write is refused as too large
+    assert (read.ok, read.output) == (True, "text\n")
+    assert (listing.ok, listing.output) == (
+        True,
+        "file  big.bin (131072 bytes)\nfile  notes.txt (5 bytes)",
+    )
+    assert (found.ok, found.output) == (True, "notes.txt:1: text")
+    assert (write.ok, write.error_code) == (False, ErrorCode.TOO_LARGE)
+    assert not (ws / "more.txt").exists()
