@@ -165,6 +165,9 @@ def console_state(run: MotorRun) -> dict[str, Any]:
             if current is not None and run.status == RunStatus.AWAITING_INPUT
             else ""
         ),
+        "missing_credentials": (
+            list(run.missing_credentials) if run.status == RunStatus.AWAITING_INPUT else []
+        ),
         "approval": approval_view,
         "result": result,
         "result_summary": str(result.get("summary") or ""),

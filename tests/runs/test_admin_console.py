@@ -554,3 +554,19 @@ def test_an_unknown_run_is_404_for_the_page_the_live_feed_and_actions():
     assert client.get(_url("live", "run_000000000000")).status_code == 404
     assert client.post(_url("cancel", "run_000000000000"), {}).status_code == 404
     assert MotorRun.objects.count() == 0
+
+
+def test_a_run_waiting_for_credentials_offers_no_answer_form(agent, scripted_llm, settings):
+    # given a run waiting for api_key, which nobody has set
+    settings.MOTOR_CREDENTIAL_RESOLVER = "tests.runs.credential_resolver.nothing"
+    run_id = run_start(agent_id=agent.pk, task="t", credential_names=["api_key"], actor="test")[
+        "run_id"
+    ]
+    drive(run_id, scripted_llm.client())
+    # when its console is opened by someone who may answer questions
+    page = _client(_user("ann", CONTROL)).get(_url("change", run_id)).content.decode()
+    # then it names the credential and where to set it, with no field to type a value into
+    assert 'id="question-text">This run needs the credential api_key' in page
+    assert "Waiting for the credential\n    <code>api_key</code>:" in page
+    assert "set it under <strong>Credentials</strong> in this admin" in page
+    assert 'id="answer-form"' not in page
