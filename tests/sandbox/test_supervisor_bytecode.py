@@ -52,10 +52,10 @@ def test_a_missing_directory_is_left_alone(tmp_path: Path) -> None:
 
 
 def test_the_sandbox_uses_the_bytecode_of_the_current_sources(
-    open_sandbox: SandboxFactory,
+    open_sandbox: SandboxFactory, backend_name: str
 ) -> None:
     # given a session (its backend compiled the in-sandbox modules when it was created)
-    session = open_sandbox()
+    session = open_sandbox(backend_name)
     for name in INSIDE_MODULES:
         header = pyc_of(INSIDE, name).read_bytes()[:16]
         assert header[8:16] == importlib.util.source_hash((INSIDE / f"{name}.py").read_bytes())
