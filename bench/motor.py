@@ -292,6 +292,9 @@ def start_workers(env: Env, *, pool: str, processes: int, concurrency: int) -> N
         log = env.data_dir / f"worker-{pool}-{index}-{time.monotonic_ns()}.log"
         env.logs.append(log)
         handle = log.open("w")
+        child_env = env.child_env()
+        # The setting as well as --pool: Celery takes a configured pool over --pool=prefork.
+        child_env["CELERY_WORKER_POOL"] = pool
         argv = [
             sys.executable,
             "-m",
@@ -308,7 +311,7 @@ def start_workers(env: Env, *, pool: str, processes: int, concurrency: int) -> N
             subprocess.Popen(
                 argv,
                 cwd=REPO,
-                env=env.child_env(),
+                env=child_env,
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -546,7 +549,14 @@ def session_open_close(samples: int) -> list[float]:
     return out
 
 
-def part1(env: Env, n: int, repeats: int) -> list[str]:
+def parse_shape(shape: str) -> tuple[str, int, int]:
+    """`pool:processes x concurrency` → (pool, processes, concurrency)."""
+    pool, _, size = shape.partition(":")
+    processes, _, concurrency = size.partition("x")
+    return pool, int(processes), int(concurrency)
+
+
+def part1(env: Env, n: int, repeats: int, shape: str) -> list[str]:
     lines: list[str] = []
     rows: dict[str, tuple[list[float], str]] = {}
 
@@ -559,7 +569,8 @@ def part1(env: Env, n: int, repeats: int) -> list[str]:
 
     note = ""
     try:
-        start_workers(env, pool="prefork", processes=1, concurrency=1)
+        pool, processes, concurrency = parse_shape(shape)
+        start_workers(env, pool=pool, processes=processes, concurrency=concurrency)
         say(f"measuring: {repeats} runs of {n} iterations ...")
         overhead, tools, note = overhead_samples(env, n, repeats)
         rows["overhead"] = (
@@ -585,7 +596,7 @@ def part1(env: Env, n: int, repeats: int) -> list[str]:
     measure("bwrap", lambda: session_open_close(20), "bwrap session open + call + close")
 
     lines += table(
-        "Part 1 - per-iteration cost, one worker process (prefork, concurrency 1)",
+        f"Part 1 - per-iteration cost, one run at a time, worker {shape}",
         rows,
     )
     if note:
@@ -606,13 +617,14 @@ def part1(env: Env, n: int, repeats: int) -> list[str]:
 # ------------------------------------------------------------------------------ part 2
 
 
-def part2(env: Env, samples: int) -> list[str]:
+def part2(env: Env, samples: int, shape: str) -> list[str]:
     from config.celery import app
 
     rows: dict[str, tuple[list[float], str]] = {}
     try:
         if not env.workers:
-            start_workers(env, pool="prefork", processes=1, concurrency=1)
+            pool, processes, concurrency = parse_shape(shape)
+            start_workers(env, pool=pool, processes=processes, concurrency=concurrency)
         say("measuring: start -> first LLM request ...")
         first: list[float] = []
         for i in range(samples + 2):
@@ -641,7 +653,7 @@ def part2(env: Env, samples: int) -> list[str]:
         rows["noop"] = (trip, "Celery apply_async + get, no-op task")
     except Exception as exc:  # noqa: BLE001
         rows["noop"] = ([], f"Celery no-op round trip: n/a ({reason_of(exc)})")
-    lines = table("Part 2 - start latency, same worker (prefork, concurrency 1)", rows)
+    lines = table(f"Part 2 - start latency, same worker ({shape})", rows)
     lines += ratio_table(
         [
             (
@@ -669,12 +681,13 @@ def noop_throughput(count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-def part3(env: Env, agents: int, iterations: int) -> list[str]:
-    lines = [f"Part 3 - throughput, {agents} agents x {iterations} iterations, 2 prefork processes"]
+def part3(env: Env, agents: int, iterations: int, shape: str) -> list[str]:
+    lines = [f"Part 3 - throughput, {agents} agents x {iterations} iterations, worker {shape}"]
     motor = celery = None
     detail = ""
     try:
-        start_workers(env, pool="prefork", processes=1, concurrency=2)
+        pool, processes, concurrency = parse_shape(shape)
+        start_workers(env, pool=pool, processes=processes, concurrency=concurrency)
         say(f"measuring: {agents} x {iterations} iterations ...")
         started = time.perf_counter()
         ids = [
@@ -898,10 +911,20 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="part 1 runs of N (default 3)")
     parser.add_argument("--agents", type=int, default=100, help="agents of part 4 (default 100)")
     parser.add_argument(
+        "--worker",
+        default="threads:1x8",
+        help="worker shape of parts 1 and 2, pool:processes x concurrency (default threads:1x8)",
+    )
+    parser.add_argument(
+        "--worker3",
+        default="threads:2x8",
+        help="worker shape of part 3 (default threads:2x8: two worker processes)",
+    )
+    parser.add_argument(
         "--pools",
-        default="threads:2x30,threads:1x60",
-        help="part 4 worker shapes, pool:processes x concurrency (default threads:2x30,"
-        "threads:1x60); mind PostgreSQL max_connections (one per busy thread)",
+        default="threads:2x50,threads:1x100",
+        help="part 4 worker shapes, pool:processes x concurrency (default threads:2x50,"
+        "threads:1x100); PostgreSQL sees at most processes x MOTOR_DB_POOL_MAX_SIZE connections",
     )
     parser.add_argument("--delay", type=float, default=1.0, help="part 4 LLM delay (s)")
     parser.add_argument("--redis-db", type=int, default=13, help="Redis database (flushed)")
@@ -919,11 +942,11 @@ def main() -> int:
     try:
         with environment(args.redis_db) as env:
             if "1" in parts:
-                show(part1(env, args.iterations, repeats))
+                show(part1(env, args.iterations, repeats, args.worker))
             if "2" in parts:
-                show(part2(env, 10 if args.quick else 30))
+                show(part2(env, 10 if args.quick else 30, args.worker))
             if "3" in parts:
-                show(part3(env, 8, 20))
+                show(part3(env, 8, 20, args.worker3))
             if "4" in parts:
                 configs = [c.strip() for c in args.pools.split(",") if c.strip()]
                 show(part4(env, configs, agents, 10, args.delay))

@@ -98,6 +98,24 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
+# PostgreSQL connections come from a pool per process (psycopg_pool): a thread takes one for a
+# query or a transaction and gives it back when it closes it, which the runtime does before every
+# LLM call and tool call. So a threads worker of N threads needs at most MOTOR_DB_POOL_MAX_SIZE
+# connections, not N. PostgreSQL sees at most (processes × MOTOR_DB_POOL_MAX_SIZE) from workers
+# and web; keep that below its max_connections. 0 turns pooling off (one connection per thread).
+# Prefork workers never pool (Celery closes a pool after every prefork task); see config/celery.py.
+MOTOR_DB_POOL_MAX_SIZE = env.int("MOTOR_DB_POOL_MAX_SIZE", default=8)
+# seconds a thread may wait for a free pooled connection before its query fails
+MOTOR_DB_POOL_TIMEOUT_SECONDS = env.float("MOTOR_DB_POOL_TIMEOUT_SECONDS", default=30.0)
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and MOTOR_DB_POOL_MAX_SIZE > 0:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django must not
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": MOTOR_DB_POOL_MAX_SIZE,
+        "timeout": MOTOR_DB_POOL_TIMEOUT_SECONDS,
+        # connections above min_size close after this many idle seconds
+        "max_idle": 60.0,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -128,11 +146,18 @@ CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 # One message at a time per process, so a killed process loses at most the message it holds.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False  # opted into per task, only where the task is idempotent
-# How a worker waits on the LLM: "prefork" blocks one process per slice; "threads" lets one
-# process keep many slices waiting on LLM replies at once (see bench/motor.py). Concurrency is the
-# number of child processes (prefork) or threads (threads); unset means one per CPU core.
-CELERY_WORKER_POOL = env.str("CELERY_WORKER_POOL", default="prefork")
-CELERY_WORKER_CONCURRENCY = int(env.str("CELERY_WORKER_CONCURRENCY", default="") or 0) or None
+# How a worker waits on the LLM. A slice spends almost all its time waiting (LLM reply, sandbox
+# call) with no database connection held, so "threads" keeps many slices waiting in one process;
+# "prefork" blocks a whole process per slice (README, "Design notes"). Concurrency is the number
+# of threads (threads) or child processes (prefork).
+CELERY_WORKER_POOL = env.str("CELERY_WORKER_POOL", default="threads")
+CELERY_WORKER_CONCURRENCY = (
+    int(
+        env.str("CELERY_WORKER_CONCURRENCY", default="")
+        or (50 if CELERY_WORKER_POOL == "threads" else 0)
+    )
+    or None
+)
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     # seconds before an unacknowledged message is redelivered; runs hold a DB lease instead
     "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),

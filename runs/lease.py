@@ -2,8 +2,10 @@
 
 A slice of work on a run first claims the lease: one UPDATE bumps `lease_token` (it only ever
 grows) and stamps owner and expiry in database time, but only when the lease is free, expired or
-already ours. Every later write of that slice locks the run row and compares tokens; a slice whose
-token is no longer the newest gets `LeaseLost` and writes nothing. A Redis lock alone cannot give
+already ours, and returns the claimed row. Every later write transaction of that slice starts with
+`lease_fence`: one UPDATE that matches only while the token is still ours, renews the expiry and
+holds the row lock to commit; a slice whose token is no longer the newest gets `LeaseLost` and
+writes nothing. A Redis lock alone cannot give
 this guarantee: a paused holder wakes up after its TTL and keeps writing.
 """
 
@@ -14,14 +16,16 @@ import socket
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F, Q
+from django.db import connections
+from django.db.models import Case, F, PositiveIntegerField, Q, QuerySet, When
 from django.db.models.functions import Now
+from django.db.models.sql import UpdateQuery
 
 from runs.errors import LeaseLost
-from runs.models import MotorRun
+from runs.models import MotorRun, RunStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,19 +47,39 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
 
-def lease_claim(
+def _update_returning(queryset: QuerySet[MotorRun], values: dict[str, Any]) -> MotorRun | None:
+    """Apply `values` to the one row of `queryset` and return that row as it now is, in one
+    statement (UPDATE … RETURNING); None when no row matched. Commits unless a transaction is
+    open: the UPDATE holds the row lock until then."""
+    query = queryset.query.chain(UpdateQuery)
+    query.add_update_values(values)
+    sql, params = query.get_compiler(queryset.db).as_sql()
+    columns = ", ".join(
+        connections[queryset.db].ops.quote_name(field.column)
+        for field in MotorRun._meta.concrete_fields
+    )
+    # raw() maps the returned columns onto the model with each field's converters.
+    rows = list(MotorRun.objects.using(queryset.db).raw(f"{sql} RETURNING {columns}", params))
+    return rows[0] if rows else None
+
+
+def lease_claim_run(
     *,
     run_id: str,
     owner: str,
     expected_token: int | None = None,
     ttl: timedelta | None = None,
-) -> Lease | None:
-    """Claim the run for one slice; None when it is not this caller's turn.
+    count_slice: bool = False,
+) -> tuple[Lease, MotorRun] | None:
+    """Claim the run for one slice and return it as claimed; None when it is not this caller's
+    turn. One statement: the token bump, owner and expiry (database time) and the returned row.
 
     Without `expected_token` the lease must be free, expired or already `owner`'s. With it (the
     token a wake-up message was sent for), the claim also succeeds when the run's token moved one
     past it and that newer lease expired unreleased: the slice that took this very message
     stalled or died. A released lease at a newer token means the message was already served.
+    `count_slice` also adds one to `redelivery_count` of a created or running run (a slice
+    started; the slice resets it when it ends).
     """
     ttl = ttl if ttl is not None else lease_ttl()
     expired = Q(lease_expires_at__lt=Now())
@@ -64,20 +88,40 @@ def lease_claim(
         claimable = (Q(lease_token=expected_token) & claimable) | (
             Q(lease_token=expected_token + 1) & expired
         )
-    with transaction.atomic():
-        updated = MotorRun.objects.filter(Q(pk=run_id) & claimable).update(
-            lease_token=F("lease_token") + 1,
-            lease_owner=owner,
-            lease_expires_at=Now() + ttl,
+    values: dict[str, Any] = {
+        "lease_token": F("lease_token") + 1,
+        "lease_owner": owner,
+        "lease_expires_at": Now() + ttl,
+    }
+    if count_slice:
+        values["redelivery_count"] = Case(
+            When(
+                status__in=(RunStatus.CREATED, RunStatus.RUNNING),
+                then=F("redelivery_count") + 1,
+            ),
+            default=F("redelivery_count"),
+            output_field=PositiveIntegerField(),
         )
-        if updated != 1:
-            return None
-        # Our UPDATE holds the row lock until commit, so this read sees our own token.
-        token = MotorRun.objects.filter(pk=run_id).values_list("lease_token", flat=True).get()
-    return Lease(run_id=run_id, token=token, owner=owner)
+    run = _update_returning(MotorRun.objects.filter(Q(pk=run_id) & claimable), values)
+    if run is None:
+        return None
+    return Lease(run_id=run_id, token=run.lease_token, owner=owner), run
 
 
-def _owner_is_dead(owner: str) -> bool:
+def lease_claim(
+    *,
+    run_id: str,
+    owner: str,
+    expected_token: int | None = None,
+    ttl: timedelta | None = None,
+) -> Lease | None:
+    """Claim the run for one slice; None when it is not this caller's turn (see
+    `lease_claim_run`, which also returns the claimed row)."""
+    claimed = lease_claim_run(run_id=run_id, owner=owner, expected_token=expected_token, ttl=ttl)
+    return claimed[0] if claimed is not None else None
+
+
+def owner_is_dead(owner: str) -> bool:
     """True when `owner` names a process on this host that no longer exists.
 
     Lets a redelivered slice take over at once from a worker process that was killed, instead of
@@ -105,58 +149,94 @@ def lease_take_over_from_dead(
     owner: str,
     expected_token: int | None = None,
     ttl: timedelta | None = None,
-) -> Lease | None:
+    count_slice: bool = False,
+) -> tuple[Lease, MotorRun] | None:
     """Claim a run whose live lease belongs to a dead local process; None otherwise.
 
     With `expected_token`, only the lease taken for that message (token + 1) is taken over.
+    Returns the lease and the run as claimed (`count_slice` as in `lease_claim_run`).
     """
     held = (
         MotorRun.objects.filter(pk=run_id, lease_expires_at__isnull=False)
         .values_list("lease_owner", "lease_token")
         .first()
     )
-    if held is None or not held[0] or not _owner_is_dead(held[0]):
+    if held is None or not held[0] or not owner_is_dead(held[0]):
         return None
     if expected_token is not None and held[1] not in (expected_token, expected_token + 1):
         return None
     ttl = ttl if ttl is not None else lease_ttl()
-    with transaction.atomic():
-        # Conditional on the observed token: if anyone claimed meanwhile, nothing happens.
-        updated = MotorRun.objects.filter(pk=run_id, lease_token=held[1]).update(
-            lease_token=F("lease_token") + 1, lease_owner=owner, lease_expires_at=Now() + ttl
+    values: dict[str, Any] = {
+        "lease_token": F("lease_token") + 1,
+        "lease_owner": owner,
+        "lease_expires_at": Now() + ttl,
+    }
+    if count_slice:
+        values["redelivery_count"] = Case(
+            When(
+                status__in=(RunStatus.CREATED, RunStatus.RUNNING),
+                then=F("redelivery_count") + 1,
+            ),
+            default=F("redelivery_count"),
+            output_field=PositiveIntegerField(),
         )
-        if updated != 1:
-            return None
-        token = MotorRun.objects.filter(pk=run_id).values_list("lease_token", flat=True).get()
-    return Lease(run_id=run_id, token=token, owner=owner)
+    # Conditional on the observed token: if anyone claimed meanwhile, nothing happens.
+    run = _update_returning(MotorRun.objects.filter(pk=run_id, lease_token=held[1]), values)
+    if run is None:
+        return None
+    return Lease(run_id=run_id, token=run.lease_token, owner=owner), run
+
+
+def _stale(lease: Lease) -> LeaseLost:
+    current = MotorRun.objects.filter(pk=lease.run_id).values_list("lease_token", flat=True).first()
+    return LeaseLost(
+        f"run {lease.run_id}: fencing token {lease.token} is stale "
+        f"(current {current}); the write was refused",
+        run_id=lease.run_id,
+        token=lease.token,
+        current=current,
+    )
+
+
+def lease_fence(lease: Lease, **values: Any) -> None:
+    """Prove `lease` is still the newest claim and renew it, in one statement that also locks
+    the run row until the surrounding transaction ends; `values` are written with it.
+
+    Must be called inside `transaction.atomic()`, before the writes it guards. Raises LeaseLost
+    (and changes nothing) when a newer claim exists: a claim or a cancel that bumps the token
+    either committed before (the token no longer matches) or waits for this transaction.
+    """
+    updated = MotorRun.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
+        lease_expires_at=Now() + lease_ttl(), **values
+    )
+    if updated != 1:
+        raise _stale(lease)
 
 
 def lease_lock(lease: Lease) -> MotorRun:
-    """Lock the run row and prove `lease` is still the newest claim; renew it.
+    """Lock the run row and prove `lease` is still the newest claim; renew it; return the row.
 
     Must be called inside `transaction.atomic()`. Raises LeaseLost (and changes nothing) when a
     newer claim exists.
     """
-    run = MotorRun.objects.select_for_update().get(pk=lease.run_id)
-    if run.lease_token != lease.token:
-        raise LeaseLost(
-            f"run {lease.run_id}: fencing token {lease.token} is stale "
-            f"(current {run.lease_token}); the write was refused",
-            run_id=lease.run_id,
-            token=lease.token,
-            current=run.lease_token,
-        )
-    MotorRun.objects.filter(pk=run.pk).update(lease_expires_at=Now() + lease_ttl())
+    run = _update_returning(
+        MotorRun.objects.filter(pk=lease.run_id, lease_token=lease.token),
+        {"lease_expires_at": Now() + lease_ttl()},
+    )
+    if run is None:
+        raise _stale(lease)
     return run
 
 
-def lease_release(lease: Lease) -> bool:
+def lease_release(lease: Lease, *, slice_done: bool = False) -> bool:
     """Free the lease so the next slice can claim at once; a no-op when it was lost.
 
     `idle_since` records when the run last had no holder, so the reaper can tell a lost wake-up
-    message from one that is merely queued.
+    message from one that is merely queued. `slice_done` also resets the redelivery counter (the
+    slice reached its end). One statement.
     """
-    updated = MotorRun.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
-        lease_expires_at=None, lease_owner="", idle_since=Now()
-    )
+    values: dict[str, Any] = {"lease_expires_at": None, "lease_owner": "", "idle_since": Now()}
+    if slice_done:
+        values["redelivery_count"] = 0
+    updated = MotorRun.objects.filter(pk=lease.run_id, lease_token=lease.token).update(**values)
     return updated == 1

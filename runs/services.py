@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import logging
 import re
+import socket
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -20,7 +21,7 @@ from typing import Any, TypedDict
 import openai
 from django.apps import apps
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -47,10 +48,11 @@ from runs.errors import (
 from runs.lease import (
     Lease,
     default_owner,
-    lease_claim,
-    lease_lock,
+    lease_claim_run,
+    lease_fence,
     lease_release,
     lease_take_over_from_dead,
+    owner_is_dead,
 )
 from runs.llm import LLMReply, ModelRole, llm_chat, llm_client
 from runs.models import (
@@ -437,118 +439,168 @@ def run_step(
     `expected_token` is the lease token a wake-up message was sent for; a message that was
     already served (the token moved on and was released) is dropped, so duplicates never fork
     the chain of slices.
+
+    No database connection is held while the LLM answers or a tool runs: the slice returns its
+    connection (to the pool, see settings.DATABASES) before each wait and takes one again for
+    its next fenced write.
     """
     owner = owner or default_owner()
-    _close_sessions_of_finished_runs()
-    lease = lease_claim(
-        run_id=run_id, owner=owner, expected_token=expected_token
-    ) or lease_take_over_from_dead(run_id=run_id, owner=owner, expected_token=expected_token)
-    if lease is None:
+    _close_sessions_of_finished_runs(current=run_id)
+    claimed = lease_claim_run(
+        run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
+    ) or lease_take_over_from_dead(
+        run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
+    )
+    if claimed is None:
         exists = MotorRun.objects.filter(pk=run_id).exists()
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
+    lease, run = claimed
     outcome: SliceOutcome | None = None
     try:
-        outcome = _run_slice(
-            lease, run_id=run_id, owner=owner, client=client, credentials=credentials
-        )
+        outcome = _run_slice(lease, run, owner=owner, client=client, credentials=credentials)
         return outcome
     finally:
         # The session stays warm while the run goes on (or waits for an answer); it ends with
         # the run, when this slice lost the lease, and when the slice failed unexpectedly.
         if outcome not in (SliceOutcome.CONTINUED, SliceOutcome.PAUSED):
             run_session_close(run_id)
+        else:
+            # Keep (or, after a Redis flush, re-create) the fast-path key of the active run.
+            mutex_hold(agent_id=run.agent_id, run_id=run_id)
 
 
-def _close_sessions_of_finished_runs() -> None:
-    """Close this process's sessions of runs that ended elsewhere (cancelled, timed out)."""
-    open_ids = open_run_sessions()
-    if not open_ids:
+#: seconds between two sweeps of this process's sessions for runs that ended elsewhere
+_SESSION_SWEEP_INTERVAL_S = 5.0
+_last_session_sweep = 0.0
+
+
+def _close_sessions_of_finished_runs(*, current: str) -> None:
+    """Close this process's sessions of runs that ended elsewhere (cancelled, timed out).
+
+    The session of `current` is judged by its own slice; the others at most every few seconds
+    (and by the registry's idle timeout in any case), so a busy worker does not pay a query on
+    every slice.
+    """
+    global _last_session_sweep
+    open_ids = [run_id for run_id in open_run_sessions() if run_id != current]
+    now = time.monotonic()
+    if not open_ids or now - _last_session_sweep < _SESSION_SWEEP_INTERVAL_S:
         return
+    _last_session_sweep = now
     ended = MotorRun.objects.filter(pk__in=open_ids).exclude(status__in=ACTIVE_STATUSES)
     for ended_id in ended.values_list("id", flat=True):
         run_session_close(ended_id)
 
 
+def _release_db_connection() -> None:
+    """Give this thread's database connection back before a long wait (LLM reply, tool call).
+
+    With the connection pool (PostgreSQL's default here) it returns to the pool at once and the
+    next query takes one again, so N threads waiting on the LLM need no N connections. Without a
+    pool the connection is only closed when it is not meant to persist (CONN_MAX_AGE 0). Never
+    inside a transaction: the loop makes its waits outside them.
+    """
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.connection is None or connection.in_atomic_block:
+        return
+    if getattr(connection, "pool", None) is not None or not connection.settings_dict.get(
+        "CONN_MAX_AGE"
+    ):
+        connection.close()
+
+
 def _run_slice(
     lease: Lease,
+    run: MotorRun,
     *,
-    run_id: str,
     owner: str,
     client: openai.OpenAI | None,
     credentials: Callable[[MotorRun], dict[str, str]] | None,
 ) -> SliceOutcome:
+    """One slice on the claimed `run` (the row as the claim returned it).
+
+    The run and its attempt are read once; every later write goes through `lease_fence`, so the
+    in-memory copies stay what the database holds: whoever else changes them (cancel, time-out,
+    take-over) moves the token first, and this slice then writes nothing more.
+    """
     actor = f"worker:{owner}"
+    run_id = run.id
     slot: SandboxSlot | None = None
+    attempt: Attempt | None = None
     try:
-        with transaction.atomic():
-            run = lease_lock(lease)
-            if run.status == RunStatus.CREATED:
+        if run.status == RunStatus.CREATED:
+            with transaction.atomic():
+                lease_fence(lease)
                 run.start(at=timezone.now())
                 run.save(update_fields=["status", "started_at", "updated_at"])
                 _event(run, from_status=RunStatus.CREATED, actor=actor)
-            if run.status != RunStatus.RUNNING:
-                lease_release(lease)
-                return SliceOutcome.NOT_RUNNABLE
-            attempt = _current_attempt(run)
-            limit = int(getattr(settings, "MOTOR_MAX_REDELIVERIES", 3))
-            if run.redelivery_count >= limit:
-                _finish_failed(
-                    run,
-                    attempt,
-                    category=FailureCategory.TOOL_FAILURE,
-                    message=f"a step ended its worker {run.redelivery_count} times in a row",
-                    retryable=False,
-                    actor=actor,
-                )
-                return SliceOutcome.FINISHED
-            deadline = (run.started_at or run.created_at).timestamp() + run.timeout_s
-            if time.time() > deadline:
-                _finish_failed(
-                    run,
-                    attempt,
-                    category=FailureCategory.TIMEOUT,
-                    message=f"the run exceeded its timeout of {run.timeout_s} s",
-                    retryable=True,
-                    actor=actor,
-                )
-                return SliceOutcome.FINISHED
-            if run.credential_names:
-                missing = _missing_credentials(run, credentials)
-                if missing:
+        if run.status != RunStatus.RUNNING:
+            lease_release(lease)
+            return SliceOutcome.NOT_RUNNABLE
+        attempt = Attempt.objects.get(run_id=run_id, index=run.current_attempt_index)
+        limit = int(getattr(settings, "MOTOR_MAX_REDELIVERIES", 3))
+        # The claim counted this slice; the count before it is how many slices never ended.
+        unfinished = run.redelivery_count - 1
+        if unfinished >= limit:
+            return _fail_locked(
+                lease,
+                run,
+                attempt,
+                category=FailureCategory.TOOL_FAILURE,
+                message=f"a step ended its worker {unfinished} times in a row",
+                retryable=False,
+                actor=actor,
+            )
+        deadline = (run.started_at or run.created_at).timestamp() + run.timeout_s
+        if time.time() > deadline:
+            return _fail_locked(
+                lease,
+                run,
+                attempt,
+                category=FailureCategory.TIMEOUT,
+                message=f"the run exceeded its timeout of {run.timeout_s} s",
+                retryable=True,
+                actor=actor,
+            )
+        if run.credential_names:
+            missing = _missing_credentials(run, credentials)
+            if missing:
+                with transaction.atomic():
+                    lease_fence(lease)
                     return _pause_for_credentials(run, attempt, lease, missing, actor=actor)
-            # Counts slices that started but never reached their end (reset below).
-            MotorRun.objects.filter(pk=run.pk).update(redelivery_count=run.redelivery_count + 1)
-            mutex_agent = run.agent_id
-        transaction.on_commit(lambda: mutex_hold(agent_id=mutex_agent, run_id=run_id))
 
         pending = _pending_calls(attempt)
         # Model and reasoning are known for calls requested in this slice; calls resumed from
         # an earlier slice keep what their intent row already says.
         model, reasoning = "", ""
+        fresh = False
         if _final_reply(attempt) is not None:
             # The model already answered; a crash hit the finishing steps. Finish again.
-            return _finish_completed(lease, actor=actor)
+            return _finish_completed(lease, run, attempt, actor=actor)
         if not pending:
             if attempt.iteration >= attempt.max_iterations:
-                return _fail_budget(lease, actor=actor)
+                return _fail_budget(lease, run, attempt, actor=actor)
+            _release_db_connection()
             reply = _call_llm(run, attempt, client)
             if isinstance(reply, LLMUnavailable):
                 return _fail_locked(
                     lease,
+                    run,
+                    attempt,
                     category=FailureCategory.MODEL_FAILURE,
                     message=reply.message,
                     retryable=True,
                     actor=actor,
                 )
-            outcome = _record_reply(lease, reply, actor=actor, credentials=credentials)
+            outcome = _record_reply(
+                lease, run, attempt, reply, actor=actor, credentials=credentials
+            )
             if outcome is not None:
                 return outcome
-            with transaction.atomic():
-                run = lease_lock(lease)
-                attempt = _current_attempt(run)
             # The stored message, with any credential value already replaced by its placeholder.
             model, reasoning = reply.model, str(attempt.messages[-1].get("content") or "")
             pending = _pending_calls(attempt)
+            fresh = True  # this iteration is new: none of its calls has a Step row yet
 
         slot = SandboxSlot(
             run_id=run.id, workspace=run.workspace, allowed_domains=run.allowed_domains
@@ -556,10 +608,11 @@ def _run_slice(
         for call_index, call in pending:
             outcome = _perform_call(
                 lease,
-                attempt_id=attempt.pk,
-                iteration=attempt.iteration,
+                run,
+                attempt,
                 call_index=call_index,
                 call=call,
+                fresh=fresh,
                 slot=slot,
                 credentials=credentials,
                 actor=actor,
@@ -569,12 +622,13 @@ def _run_slice(
             if outcome is not None:
                 return outcome
 
-        with transaction.atomic():
-            run = lease_lock(lease)
-            MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
-            lease_release(lease)
-            token = lease.token
-            transaction.on_commit(lambda: _enqueue_step(run_id, token))
+        if not lease_release(lease, slice_done=True):
+            raise LeaseLost(
+                f"run {run_id}: fencing token {lease.token} is stale; the slice ends",
+                run_id=run_id,
+                token=lease.token,
+            )
+        _enqueue_step(run_id, lease.token)
         return SliceOutcome.CONTINUED
     except LeaseLost:
         logger.info("run %s: lease lost by %s; stopping this slice", run_id, owner)
@@ -583,6 +637,8 @@ def _run_slice(
         try:
             return _fail_locked(
                 lease,
+                run,
+                attempt if attempt is not None else _current_attempt(run),
                 category=FailureCategory.TOOL_FAILURE,
                 message=exc.message,
                 retryable=True,
@@ -630,10 +686,9 @@ def _default_client() -> openai.OpenAI:
     return _client_cache[key]
 
 
-def _fail_budget(lease: Lease, *, actor: str) -> SliceOutcome:
+def _fail_budget(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) -> SliceOutcome:
     with transaction.atomic():
-        run = lease_lock(lease)
-        attempt = _current_attempt(run)
+        lease_fence(lease)
         partial = next(
             (
                 str(message.get("content") or "")
@@ -655,23 +710,27 @@ def _fail_budget(lease: Lease, *, actor: str) -> SliceOutcome:
 
 
 def _fail_locked(
-    lease: Lease, *, category: FailureCategory, message: str, retryable: bool, actor: str
+    lease: Lease,
+    run: MotorRun,
+    attempt: Attempt,
+    *,
+    category: FailureCategory,
+    message: str,
+    retryable: bool,
+    actor: str,
 ) -> SliceOutcome:
     with transaction.atomic():
-        run = lease_lock(lease)
+        lease_fence(lease)
         _finish_failed(
-            run,
-            _current_attempt(run),
-            category=category,
-            message=message,
-            retryable=retryable,
-            actor=actor,
+            run, attempt, category=category, message=message, retryable=retryable, actor=actor
         )
     return SliceOutcome.FINISHED
 
 
 def _record_reply(
     lease: Lease,
+    run: MotorRun,
+    attempt: Attempt,
     reply: LLMReply,
     *,
     actor: str,
@@ -685,8 +744,7 @@ def _record_reply(
     """
     message = reply.as_message()
     with transaction.atomic():
-        run = lease_lock(lease)
-        attempt = _current_attempt(run)
+        lease_fence(lease)
         known = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
         intercepted: dict[str, str] = {}
         for call in message.get("tool_calls") or []:
@@ -715,7 +773,7 @@ def _record_reply(
         attempt.save(update_fields=["iteration", "messages"])
         if reply.tool_calls:
             return None
-    return _finish_completed(lease, actor=actor)
+    return _finish_completed(lease, run, attempt, actor=actor)
 
 
 def _save_offered(run: MotorRun) -> bool:
@@ -757,7 +815,7 @@ def _final_reply(attempt: Attempt) -> str | None:
     return str(last.get("content") or "")
 
 
-def _finish_completed(lease: Lease, *, actor: str) -> SliceOutcome:
+def _finish_completed(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) -> SliceOutcome:
     """After the final answer: extract skills, list artifacts, then complete and signal.
 
     Each stage is recorded before the next starts, so a crash between any two of them resumes
@@ -765,19 +823,15 @@ def _finish_completed(lease: Lease, *, actor: str) -> SliceOutcome:
     before completion; completion, the signal and the Redis release (on commit) come last, and
     a lost release is repaired by the next start (the key names a finished run).
     """
-    with transaction.atomic():
-        run = lease_lock(lease)
-        stored = (run.result or {}).get("skills")
+    stored = (run.result or {}).get("skills")
     if stored is None:
         skills = _extract_skills(run)
         with transaction.atomic():
-            run = lease_lock(lease)
-            MotorRun.objects.filter(pk=run.pk).update(result={"skills": skills})
+            lease_fence(lease, result={"skills": skills})
     else:
         skills = stored
     with transaction.atomic():
-        run = lease_lock(lease)
-        attempt = _current_attempt(run)
+        lease_fence(lease)
         now = timezone.now()
         attempt.complete(at=now)
         attempt.save(update_fields=["status", "completed_at"])
@@ -792,6 +846,7 @@ def _finish_completed(lease: Lease, *, actor: str) -> SliceOutcome:
         run.complete(result=result, at=now)
         # Extraction took what it needed; the run keeps no credential value once it is over.
         run.saved_credentials = ""
+        run.redelivery_count = 0
         run.save(
             update_fields=[
                 "status",
@@ -799,10 +854,10 @@ def _finish_completed(lease: Lease, *, actor: str) -> SliceOutcome:
                 "completed_at",
                 "lease_expires_at",
                 "saved_credentials",
+                "redelivery_count",
                 "updated_at",
             ]
         )
-        MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
         _event(run, from_status=previous, actor=actor)
         _signal(run, {"run_id": run.id, "status": RunStatus.COMPLETED, "result": result})
         agent_id, run_id = run.agent_id, run.id
@@ -861,29 +916,37 @@ def _extract_skills(run: MotorRun) -> dict[str, Any]:
 
 def _perform_call(
     lease: Lease,
+    run: MotorRun,
+    attempt: Attempt,
     *,
-    attempt_id: int,
-    iteration: int,
     call_index: int,
     call: dict[str, Any],
+    fresh: bool,
     slot: SandboxSlot,
     credentials: Callable[[MotorRun], dict[str, str]] | None,
     actor: str,
     model: str,
     reasoning: str,
 ) -> SliceOutcome | None:
-    """Run one requested tool call under the intent → done protocol. None means "go on"."""
+    """Run one requested tool call under the intent → done protocol. None means "go on".
+
+    `fresh`: the call was requested in this slice, so it cannot have a Step row yet.
+    """
     crash_point("before_step")
     name = str(call["function"]["name"])
     raw_arguments = str(call["function"].get("arguments") or "{}")
     arguments = parse_arguments(raw_arguments)
 
+    iteration = attempt.iteration
     with transaction.atomic():
-        run = lease_lock(lease)
-        attempt = _current_attempt(run)
-        step = Step.objects.filter(
-            attempt=attempt, iteration=iteration, call_index=call_index
-        ).first()
+        lease_fence(lease)
+        step = (
+            None
+            if fresh
+            else Step.objects.filter(
+                attempt=attempt, iteration=iteration, call_index=call_index
+            ).first()
+        )
         if step is not None and step.state == StepState.DONE:
             return None  # recorded already; its result is in the messages
         if step is not None:
@@ -892,9 +955,8 @@ def _perform_call(
                 # Approved while paused: start exactly this action, once.
                 approval.used_at = timezone.now()
                 approval.save(update_fields=["used_at"])
-                step_id, run_snapshot = step.pk, run
                 return _execute_and_record(
-                    lease, step_id, run_snapshot, name, arguments or {}, slot, credentials, actor
+                    lease, run, attempt, step, name, arguments or {}, slot, credentials, actor
                 )
             if (
                 _is_sandbox_call(run, name, arguments)
@@ -950,8 +1012,7 @@ def _perform_call(
                 attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
                 run.await_input()
                 run.save(update_fields=["status", "updated_at"])
-                MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
-                lease_release(lease)
+                lease_release(lease, slice_done=True)
                 _event(run, from_status=previous, actor=actor, question=question)
                 _signal(
                     run,
@@ -994,10 +1055,8 @@ def _perform_call(
                 )
             granted.used_at = timezone.now()
             granted.save(update_fields=["used_at"])
-        step_id = step.pk
-        run_snapshot = run
     return _execute_and_record(
-        lease, step_id, run_snapshot, name, arguments or {}, slot, credentials, actor
+        lease, run, attempt, step, name, arguments or {}, slot, credentials, actor
     )
 
 
@@ -1053,8 +1112,9 @@ def _save_credential(run: MotorRun, arguments: dict[str, Any]) -> dict[str, Any]
 
 def _execute_and_record(
     lease: Lease,
-    step_id: int,
-    run_snapshot: MotorRun,
+    run: MotorRun,
+    attempt: Attempt,
+    step: Step,
     name: str,
     arguments: dict[str, Any],
     slot: SandboxSlot,
@@ -1064,7 +1124,8 @@ def _execute_and_record(
     """The side effect itself (outside any transaction), then its fenced record."""
     crash_point("after_intent")
     started = time.monotonic()
-    values = {**(credentials or _resolve_credentials)(run_snapshot), **saved_values(run_snapshot)}
+    values = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
+    _release_db_connection()
     # A cancel (or any newer claim) moves the token; the watch then kills the running call.
     with CallWatch(run_id=lease.run_id, token=lease.token):
         result = slot.execute(name=name, arguments=arguments, credentials=values)
@@ -1074,9 +1135,7 @@ def _execute_and_record(
     crash_point("after_execution")
 
     with transaction.atomic():
-        run = lease_lock(lease)
-        attempt = _current_attempt(run)
-        step = Step.objects.select_for_update().get(pk=step_id)
+        lease_fence(lease)
         _complete_step(run, attempt, step, result)
         outcome = _after_result(run, attempt, name, result, actor=actor)
     crash_point("after_commit")
@@ -1159,8 +1218,7 @@ def _pause_for_approval(
     attempt.save(update_fields=["status", "pending_tool_call_id"])
     run.await_approval()
     run.save(update_fields=["status", "updated_at"])
-    MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
-    lease_release(lease)
+    lease_release(lease, slice_done=True)
     _event(run, from_status=previous, actor=actor, approval=approval.pk)
     _signal(
         run,
@@ -1247,8 +1305,7 @@ def _pause_for_credentials(
     run.await_input()
     run.missing_credentials = list(missing)
     run.save(update_fields=["status", "missing_credentials", "updated_at"])
-    MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0)
-    lease_release(lease)
+    lease_release(lease, slice_done=True)
     _event(run, from_status=previous, actor=actor, missing_credentials=list(missing))
     _signal(
         run,
@@ -1583,21 +1640,33 @@ class ReapReport(TypedDict):
 def run_reap(*, actor: str = "reaper") -> ReapReport:
     """Periodic repair: wake runs whose wake-up message was lost, time out unanswered questions.
 
-    A run in created/running with no holder for MOTOR_REAPER_GRACE_SECONDS, or with an expired
-    lease, gets a new message for its current token (a duplicate of a merely queued message is
+    A run in created/running with no holder for MOTOR_REAPER_GRACE_SECONDS, with an expired
+    lease, or with a lease held by a dead process of this host, gets a new message for its
+    current token (a duplicate of a merely queued message is
     dropped by the token check). A run awaiting input longer than
     MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS fails with "User response timeout"; a pending approval
     past its expiry is expired and its run fails with "Approval timeout".
     """
     now = timezone.now()
     grace = timedelta(seconds=int(getattr(settings, "MOTOR_REAPER_GRACE_SECONDS", 120)))
-    stalled = MotorRun.objects.filter(status__in=[RunStatus.CREATED, RunStatus.RUNNING]).filter(
+    runnable = MotorRun.objects.filter(status__in=[RunStatus.CREATED, RunStatus.RUNNING])
+    stalled = runnable.filter(
         Q(lease_expires_at__isnull=True, idle_since__lt=now - grace) | Q(lease_expires_at__lt=now)
     )
     woken: list[str] = []
     for run_id, token in stalled.values_list("id", "lease_token"):
         _enqueue_step(run_id, token)
         woken.append(run_id)
+    # A live lease held by a process of this host that no longer exists (a threads worker killed
+    # with all its slices: no parent process is left to hand their messages back): wake the run
+    # now rather than after the lease's expiry; the slice takes over from the dead owner.
+    held_here = runnable.filter(
+        lease_expires_at__gte=now, lease_owner__startswith=f"{socket.gethostname()}:"
+    )
+    for run_id, token, holder in held_here.values_list("id", "lease_token", "lease_owner"):
+        if owner_is_dead(holder):
+            _enqueue_step(run_id, token)
+            woken.append(run_id)
 
     timeout = timedelta(
         seconds=int(getattr(settings, "MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS", 30 * 60))

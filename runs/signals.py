@@ -23,3 +23,15 @@ def reemit_pending_questions_on_worker_ready(sender: Any = None, **_: Any) -> No
         run_reemit_pending_questions_task.apply_async()
     except Exception:  # noqa: BLE001 - a broker hiccup must not stop the worker from starting
         logger.exception("could not queue the re-emission of pending questions")
+
+
+@worker_ready.connect(dispatch_uid="runs.reap_on_worker_ready")
+def reap_on_worker_ready(sender: Any = None, **_: Any) -> None:
+    """Once per worker start: queue a reaper pass, so runs whose slices died with a previous
+    worker process on this host (a killed threads worker) resume now, not after their lease."""
+    from runs.tasks import run_reap_task
+
+    try:
+        run_reap_task.apply_async()
+    except Exception:  # noqa: BLE001 - a broker hiccup must not stop the worker from starting
+        logger.exception("could not queue a reaper pass")

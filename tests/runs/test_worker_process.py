@@ -36,19 +36,22 @@ def _database_url() -> str:
 def start_worker(
     llm_stub_server: LLMStubServer, tmp_path: Path
 ) -> Iterator[Callable[..., subprocess.Popen]]:
-    """Start Celery workers (prefork, one child each) on the test database and the stub LLM.
+    """Start Celery workers (prefork with one child each, unless `pool`/`concurrency` say
+    otherwise) on the test database and the stub LLM.
 
     Keyword arguments become extra environment variables of the worker.
     """
     started: list[tuple[subprocess.Popen, object]] = []
 
-    def start(**extra_env: str) -> subprocess.Popen:
+    def start(*, pool: str = "prefork", concurrency: int = 1, **extra_env: str) -> subprocess.Popen:
         env = {
             **os.environ,
             "DATABASE_URL": _database_url(),
             "LLM_BASE_URL": llm_stub_server.base_url,
             "LLM_API_KEY": "stub",
             "CELERY_TASK_ALWAYS_EAGER": "false",
+            # The setting, not only --pool: Celery takes a configured pool over --pool=prefork.
+            "CELERY_WORKER_POOL": pool,
             **extra_env,
         }
         log = (tmp_path / f"worker{len(started)}.log").open("w")
@@ -60,8 +63,8 @@ def start_worker(
                 "-A",
                 "config",
                 "worker",
-                "--pool=prefork",
-                "--concurrency=1",
+                f"--pool={pool}",
+                f"--concurrency={concurrency}",
                 "--loglevel=INFO",
                 "--without-gossip",
                 "--without-mingle",
@@ -80,12 +83,13 @@ def start_worker(
         yield start
     finally:
         for process, log in started:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            if process.poll() is None:  # a test may have killed it already
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
             log.close()  # type: ignore[attr-defined]
 
 
@@ -396,3 +400,76 @@ def test_a_credential_saved_in_a_worker_process_is_in_no_log_row_key_or_later_re
     logs = "".join(p.read_text() for p in tmp_path.glob("worker*.log"))
     assert "Task runs.run_step" in logs
     assert value not in logs
+
+
+def test_a_threads_worker_killed_mid_call_is_resumed_by_the_next_worker_without_a_rerun(
+    agent, llm_stub_server, start_worker, tmp_path
+):
+    # given a threads worker running a call that appends a line (the side effect), then sleeps
+    first = start_worker(pool="threads", concurrency=4)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    program = (
+        "import time\nwith open('count.txt', 'a') as f:\n    f.write('ran\\n')\ntime.sleep(4)\n"
+    )
+    llm_stub_server.add(
+        reply_tools(tool_call("code", {"code": program}, call_id="c")),
+        reply_text("Counted."),
+    )
+    run_id = run_start(
+        agent_id=agent.pk, task="Count", tools=["code"], workspace=str(workspace), actor="t"
+    )["run_id"]
+    count = workspace / "count.txt"
+    _wait_for(lambda: count.exists() and count.read_text() == "ran\n", "the side effect")
+    # when the whole worker process is killed (no parent is left to hand the message back)
+    owner = MotorRun.objects.filter(pk=run_id).values_list("lease_owner", flat=True).get()
+    assert int(owner.split(":")[1]) == first.pid
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    # and a worker starts again on this host
+    start_worker(pool="threads", concurrency=4)
+    # then it takes the run over at once and finishes it without re-running the call
+    _wait_for(lambda: _status(run_id) == RunStatus.COMPLETED, "completion after the restart")
+    assert count.read_text() == "ran\n"
+    step = Step.objects.get(attempt__run_id=run_id)
+    assert (step.tool, step.state, step.result["error_code"]) == ("code", "done", "interrupted")
+    assert MotorRun.objects.get(pk=run_id).result["summary"] == "Counted."
+
+
+def test_a_threads_worker_keeps_many_runs_waiting_on_the_llm_with_one_database_connection(
+    make_agent, llm_stub_server, start_worker
+):
+    # given a threads worker whose process may hold a single PostgreSQL connection
+    # (libpq names its connections after PGAPPNAME, so they can be told from this test's own)
+    start_worker(
+        pool="threads", concurrency=4, MOTOR_DB_POOL_MAX_SIZE="1", PGAPPNAME="mc-test-worker"
+    )
+    # and four runs whose LLM replies are held back
+    gates = [llm_stub_server.add_gated(reply_text(f"done {i}")) for i in range(4)]
+    run_ids = [
+        run_start(agent_id=make_agent().pk, task=f"task {i}", actor="t")["run_id"] for i in range(4)
+    ]
+    try:
+        # when all four slices wait for the model at the same time (a slice holding its
+        # connection through the wait would leave the others stuck before their first query)
+        _wait_for(lambda: len(llm_stub_server.requests) == 4, "four LLM requests at once")
+        # then the worker holds at most its one pooled connection, idle, outside a transaction
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT state FROM pg_stat_activity "
+                "WHERE datname = current_database() AND application_name = 'mc-test-worker'"
+            )
+            states = [row[0] for row in cursor.fetchall()]
+        assert states == ["idle"]
+        assert set(_status(run_id) for run_id in run_ids) == {RunStatus.RUNNING}
+    finally:
+        for gate in gates:
+            gate.set()
+    # and every run completes through that one connection
+    _wait_for(
+        lambda: all(_status(run_id) == RunStatus.COMPLETED for run_id in run_ids), "completion"
+    )
+    summaries = sorted(
+        MotorRun.objects.filter(pk__in=run_ids).values_list("result__summary", flat=True)
+    )
+    assert summaries == ["done 0", "done 1", "done 2", "done 3"]

@@ -1,0 +1,90 @@
+"""What a slice holds while it waits: no database connection, and no sandbox before a tool call."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection, connections
+
+from runs.models import MotorRun, RunStatus
+from runs.services import SliceOutcome, run_start, run_step
+from runs.sessions import run_session_peek
+from tests.fixtures.llm import reply_text, reply_tools, tool_call
+from tests.runs.helpers import drive
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _other_backends() -> list[tuple[str, str]]:
+    """(state, query) of every other connection to the test database."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT state, query FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return [(str(state), str(query)) for state, query in cursor.fetchall()]
+
+
+def _wait_until(predicate: Any, what: str) -> None:
+    event = threading.Event()
+    for _ in range(600):
+        if predicate():
+            return
+        event.wait(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_slice_holds_no_connection_and_no_session_while_the_model_thinks(
+    agent, scripted_llm, tmp_path: Path
+):
+    # given a run granted `read` whose first LLM reply is held back
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("hello\n")
+    run_id = run_start(
+        agent_id=agent.pk,
+        task="Read the notes",
+        tools=["read"],
+        workspace=str(workspace),
+        actor="test",
+    )["run_id"]
+    gate = scripted_llm.add_gated(reply_tools(tool_call("read", {"path": "notes.txt"})))
+    scripted_llm.add(reply_text("The notes say hello."))
+    client = scripted_llm.client()
+    seen: dict[str, Any] = {}
+
+    def first_slice() -> None:
+        seen["connection"] = connections["default"]
+        try:
+            seen["outcome"] = run_step(run_id=run_id, client=client, owner="slice-thread")
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=first_slice)
+    thread.start()
+    try:
+        # when the slice is waiting for the model's first reply
+        _wait_until(lambda: len(scripted_llm.requests) == 1, "the first LLM request")
+        # then it has already taken the lease and started the run ...
+        run = MotorRun.objects.get(pk=run_id)
+        assert run.status == RunStatus.RUNNING and run.lease_owner == "slice-thread"
+        # ... but holds no database connection and no transaction while it waits
+        assert seen["connection"].connection is None
+        assert not [
+            state for state, _ in _other_backends() if state.startswith("idle in transaction")
+        ]
+        # ... and has not opened the run's sandbox session: that waits for the first tool call
+        assert run_session_peek(run_id) is None
+    finally:
+        gate.set()
+        thread.join(timeout=60)
+    # when the reply asks for a read, the session opens for it and stays warm for the run
+    assert seen["outcome"] is SliceOutcome.CONTINUED
+    session = run_session_peek(run_id)
+    assert session is not None and session.closed is False
+    assert drive(run_id, client) == [SliceOutcome.FINISHED]
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
+    assert session.closed is True
