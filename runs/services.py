@@ -446,11 +446,18 @@ def run_step(
     """
     owner = owner or default_owner()
     _close_sessions_of_finished_runs(current=run_id)
-    claimed = lease_claim_run(
-        run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
-    ) or lease_take_over_from_dead(
-        run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
-    )
+    # The claim and, for a new run, its start commit together (one commit, not two).
+    with transaction.atomic():
+        claimed = lease_claim_run(
+            run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
+        ) or lease_take_over_from_dead(
+            run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
+        )
+        if claimed is not None and claimed[1].status == RunStatus.CREATED:
+            started = claimed[1]
+            started.start(at=timezone.now())
+            started.save(update_fields=["status", "started_at", "updated_at"])
+            _event(started, from_status=RunStatus.CREATED, actor=f"worker:{owner}")
     if claimed is None:
         exists = MotorRun.objects.filter(pk=run_id).exists()
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
@@ -528,12 +535,6 @@ def _run_slice(
     slot: SandboxSlot | None = None
     attempt: Attempt | None = None
     try:
-        if run.status == RunStatus.CREATED:
-            with transaction.atomic():
-                lease_fence(lease)
-                run.start(at=timezone.now())
-                run.save(update_fields=["status", "started_at", "updated_at"])
-                _event(run, from_status=RunStatus.CREATED, actor=actor)
         if run.status != RunStatus.RUNNING:
             lease_release(lease)
             return SliceOutcome.NOT_RUNNABLE
@@ -605,7 +606,7 @@ def _run_slice(
         slot = SandboxSlot(
             run_id=run.id, workspace=run.workspace, allowed_domains=run.allowed_domains
         )
-        for call_index, call in pending:
+        for position, (call_index, call) in enumerate(pending):
             outcome = _perform_call(
                 lease,
                 run,
@@ -613,6 +614,7 @@ def _run_slice(
                 call_index=call_index,
                 call=call,
                 fresh=fresh,
+                last=position == len(pending) - 1,
                 slot=slot,
                 credentials=credentials,
                 actor=actor,
@@ -622,13 +624,8 @@ def _run_slice(
             if outcome is not None:
                 return outcome
 
-        if not lease_release(lease, slice_done=True):
-            raise LeaseLost(
-                f"run {run_id}: fencing token {lease.token} is stale; the slice ends",
-                run_id=run_id,
-                token=lease.token,
-            )
-        _enqueue_step(run_id, lease.token)
+        with transaction.atomic():
+            _end_slice(lease)
         return SliceOutcome.CONTINUED
     except LeaseLost:
         logger.info("run %s: lease lost by %s; stopping this slice", run_id, owner)
@@ -676,6 +673,21 @@ def _call_llm(
 
 
 _client_cache: dict[str, openai.OpenAI] = {}
+
+
+def _end_slice(lease: Lease) -> None:
+    """Release the lease (the slice reached its end) and queue the next slice on commit.
+
+    Inside `transaction.atomic()`; raises LeaseLost when the lease is no longer this slice's.
+    """
+    if not lease_release(lease, slice_done=True):
+        raise LeaseLost(
+            f"run {lease.run_id}: fencing token {lease.token} is stale; the slice ends",
+            run_id=lease.run_id,
+            token=lease.token,
+        )
+    run_id, token = lease.run_id, lease.token
+    transaction.on_commit(lambda: _enqueue_step(run_id, token))
 
 
 def _default_client() -> openai.OpenAI:
@@ -922,6 +934,7 @@ def _perform_call(
     call_index: int,
     call: dict[str, Any],
     fresh: bool,
+    last: bool,
     slot: SandboxSlot,
     credentials: Callable[[MotorRun], dict[str, str]] | None,
     actor: str,
@@ -930,7 +943,8 @@ def _perform_call(
 ) -> SliceOutcome | None:
     """Run one requested tool call under the intent → done protocol. None means "go on".
 
-    `fresh`: the call was requested in this slice, so it cannot have a Step row yet.
+    `fresh`: the call was requested in this slice, so it cannot have a Step row yet. `last`:
+    no call of this iteration follows, so a call that ends well also ends the slice.
     """
     crash_point("before_step")
     name = str(call["function"]["name"])
@@ -949,15 +963,12 @@ def _perform_call(
         )
         if step is not None and step.state == StepState.DONE:
             return None  # recorded already; its result is in the messages
-        if step is not None:
-            approval = _usable_approval(run, step)
-            if approval is not None:
-                # Approved while paused: start exactly this action, once.
-                approval.used_at = timezone.now()
-                approval.save(update_fields=["used_at"])
-                return _execute_and_record(
-                    lease, run, attempt, step, name, arguments or {}, slot, credentials, actor
-                )
+        approval = _usable_approval(run, step) if step is not None else None
+        if approval is not None:
+            # Approved while paused: start exactly this action, once (after this commit).
+            approval.used_at = timezone.now()
+            approval.save(update_fields=["used_at"])
+        elif step is not None:
             if (
                 _is_sandbox_call(run, name, arguments)
                 and needs_approval(name, arguments or {}, network_enabled=bool(run.allowed_domains))
@@ -987,76 +998,85 @@ def _perform_call(
             )
             _complete_step(run, attempt, step, result)
             return _after_result(run, attempt, name, result, actor=actor)
-        step = Step.objects.create(
-            attempt=attempt,
-            iteration=iteration,
-            call_index=call_index,
-            tool_call_id=str(call["id"]),
-            tool=name[:64],
-            arguments=arguments if arguments is not None else {"_raw": raw_arguments[:2000]},
-            model=model,
-            reasoning=reasoning,
-            lease_token=lease.token,
-        )
-        if run.review and name in SYNTHETIC_TOOLS:
-            result = envelope(
-                ok=False, output=f"{name} is not available in a review run", error_code="denied"
+        else:
+            step = Step.objects.create(
+                attempt=attempt,
+                iteration=iteration,
+                call_index=call_index,
+                tool_call_id=str(call["id"]),
+                tool=name[:64],
+                arguments=arguments if arguments is not None else {"_raw": raw_arguments[:2000]},
+                model=model,
+                reasoning=reasoning,
+                lease_token=lease.token,
             )
-            _complete_step(run, attempt, step, result)
-            return _after_result(run, attempt, name, result, actor=actor)
-        if name == ASK_USER:
-            question = str((arguments or {}).get("question") or "").strip()
-            if question:
-                previous = run.status
-                attempt.await_input(question=question, tool_call_id=str(call["id"]))
-                attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
-                run.await_input()
-                run.save(update_fields=["status", "updated_at"])
-                lease_release(lease, slice_done=True)
-                _event(run, from_status=previous, actor=actor, question=question)
-                _signal(
-                    run,
-                    {"run_id": run.id, "status": RunStatus.AWAITING_INPUT, "question": question},
+            if run.review and name in SYNTHETIC_TOOLS:
+                result = envelope(
+                    ok=False, output=f"{name} is not available in a review run", error_code="denied"
                 )
-                return SliceOutcome.PAUSED
-            result = envelope(
-                ok=False, output="ask_user needs a non-empty 'question'", error_code="invalid_args"
-            )
-            _complete_step(run, attempt, step, result)
-            return _after_result(run, attempt, name, result, actor=actor)
-        if name == REQUEST_APPROVAL:
-            proposal = _approval_proposal(run, arguments)
-            if isinstance(proposal, dict) and "ok" in proposal:
-                _complete_step(run, attempt, step, proposal)
-                return _after_result(run, attempt, name, proposal, actor=actor)
-            return _pause_for_approval(run, attempt, lease, step=step, actor=actor, **proposal)
-        if name == SAVE_CREDENTIAL:
-            result = _save_credential(run, arguments or {})
-            _complete_step(run, attempt, step, result)
-            return _after_result(run, attempt, name, result, actor=actor)
-        refusal = _refusal(run, name, arguments)
-        if refusal is not None:
-            _complete_step(run, attempt, step, refusal)
-            return _after_result(run, attempt, name, refusal, actor=actor)
-        if run.approval_required and needs_approval(
-            name, arguments or {}, network_enabled=bool(run.allowed_domains)
-        ):
-            granted = _unused_approval(run, action_hash(name, arguments or {}))
-            if granted is None:
-                return _pause_for_approval(
-                    run,
-                    attempt,
-                    lease,
-                    step=step,
-                    tool=name,
-                    arguments=arguments or {},
-                    summary="approval required before this action",
-                    actor=actor,
+                _complete_step(run, attempt, step, result)
+                return _after_result(run, attempt, name, result, actor=actor)
+            if name == ASK_USER:
+                question = str((arguments or {}).get("question") or "").strip()
+                if question:
+                    previous = run.status
+                    attempt.await_input(question=question, tool_call_id=str(call["id"]))
+                    attempt.save(
+                        update_fields=["status", "pending_question", "pending_tool_call_id"]
+                    )
+                    run.await_input()
+                    run.save(update_fields=["status", "updated_at"])
+                    lease_release(lease, slice_done=True)
+                    _event(run, from_status=previous, actor=actor, question=question)
+                    _signal(
+                        run,
+                        {
+                            "run_id": run.id,
+                            "status": RunStatus.AWAITING_INPUT,
+                            "question": question,
+                        },
+                    )
+                    return SliceOutcome.PAUSED
+                result = envelope(
+                    ok=False,
+                    output="ask_user needs a non-empty 'question'",
+                    error_code="invalid_args",
                 )
-            granted.used_at = timezone.now()
-            granted.save(update_fields=["used_at"])
+                _complete_step(run, attempt, step, result)
+                return _after_result(run, attempt, name, result, actor=actor)
+            if name == REQUEST_APPROVAL:
+                proposal = _approval_proposal(run, arguments)
+                if isinstance(proposal, dict) and "ok" in proposal:
+                    _complete_step(run, attempt, step, proposal)
+                    return _after_result(run, attempt, name, proposal, actor=actor)
+                return _pause_for_approval(run, attempt, lease, step=step, actor=actor, **proposal)
+            if name == SAVE_CREDENTIAL:
+                result = _save_credential(run, arguments or {})
+                _complete_step(run, attempt, step, result)
+                return _after_result(run, attempt, name, result, actor=actor)
+            refusal = _refusal(run, name, arguments)
+            if refusal is not None:
+                _complete_step(run, attempt, step, refusal)
+                return _after_result(run, attempt, name, refusal, actor=actor)
+            if run.approval_required and needs_approval(
+                name, arguments or {}, network_enabled=bool(run.allowed_domains)
+            ):
+                granted = _unused_approval(run, action_hash(name, arguments or {}))
+                if granted is None:
+                    return _pause_for_approval(
+                        run,
+                        attempt,
+                        lease,
+                        step=step,
+                        tool=name,
+                        arguments=arguments or {},
+                        summary="approval required before this action",
+                        actor=actor,
+                    )
+                granted.used_at = timezone.now()
+                granted.save(update_fields=["used_at"])
     return _execute_and_record(
-        lease, run, attempt, step, name, arguments or {}, slot, credentials, actor
+        lease, run, attempt, step, name, arguments or {}, slot, credentials, actor, last=last
     )
 
 
@@ -1120,8 +1140,14 @@ def _execute_and_record(
     slot: SandboxSlot,
     credentials: Callable[[MotorRun], dict[str, str]] | None,
     actor: str,
+    *,
+    last: bool = False,
 ) -> SliceOutcome | None:
-    """The side effect itself (outside any transaction), then its fenced record."""
+    """The side effect itself (outside any transaction), then its fenced record.
+
+    When the call is the iteration's `last` and the run goes on, the same commit also ends the
+    slice: the lease is released and the next slice is queued once it is durable.
+    """
     crash_point("after_intent")
     started = time.monotonic()
     values = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
@@ -1138,6 +1164,9 @@ def _execute_and_record(
         lease_fence(lease)
         _complete_step(run, attempt, step, result)
         outcome = _after_result(run, attempt, name, result, actor=actor)
+        if outcome is None and last:
+            _end_slice(lease)
+            outcome = SliceOutcome.CONTINUED
     crash_point("after_commit")
     return outcome
 
