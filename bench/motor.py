@@ -727,6 +727,8 @@ class Sampler:
     peak_sandbox_kb: int = 0
     peak_sandbox_procs: int = 0
     peak_db_connections: int = 0
+    # pid -> (kind, first seen, last seen) CPU clock ticks (user + system) of the process
+    cpu_ticks: dict[int, tuple[str, int, int]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -741,6 +743,7 @@ class Sampler:
             while not self._stop.is_set():
                 parents: dict[int, int] = {}
                 info: dict[int, tuple[str, int]] = {}
+                ticks: dict[int, int] = {}
                 for entry in os.scandir("/proc"):
                     if not entry.name.isdigit():
                         continue
@@ -750,8 +753,10 @@ class Sampler:
                     except OSError:
                         continue
                     comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-                    ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+                    rest = stat[stat.rindex(")") + 2 :].split()
+                    ppid = int(rest[1])
                     parents[int(entry.name)] = ppid
+                    ticks[int(entry.name)] = int(rest[11]) + int(rest[12])
                     info[int(entry.name)] = (comm, int(statm[1]) * page_kb)
                 members = set(self.roots)
                 changed = True
@@ -773,9 +778,14 @@ class Sampler:
                         parents.get(pid) in self.roots and comm.startswith(("python", "celery"))
                     ):
                         worker_kb += kb
+                        kind = "worker"
                     else:
                         sandbox_kb += kb
                         procs += 1
+                        kind = "sandbox"
+                    seen = self.cpu_ticks.get(pid)
+                    first = seen[1] if seen else (ticks[pid] if pid in self.roots else 0)
+                    self.cpu_ticks[pid] = (kind, first, ticks[pid])
                 self.peak_worker_kb = max(self.peak_worker_kb, worker_kb)
                 self.peak_sandbox_kb = max(self.peak_sandbox_kb, sandbox_kb)
                 self.peak_sandbox_procs = max(self.peak_sandbox_procs, procs)
@@ -789,6 +799,20 @@ class Sampler:
         self._stop.set()
         self._thread.join(timeout=5)
 
+    def cpu_seconds(self, kind: str) -> float:
+        """CPU time the processes of `kind` used while sampled (sandbox processes from their
+        start; a process that ended between two samples loses at most 0.25 s of its time)."""
+        hz = os.sysconf("SC_CLK_TCK")
+        return sum(last - first for k, first, last in self.cpu_ticks.values() if k == kind) / hz
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]
+    return (sum(fields) - idle) / hz, sum(fields) / hz
+
 
 @dataclass
 class Outcome:
@@ -799,6 +823,7 @@ class Outcome:
     sandbox_mb: float | None = None
     sandbox_procs: int = 0
     db_connections: int = 0
+    cpu: str = ""
 
 
 def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: float) -> Outcome:
@@ -813,17 +838,29 @@ def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: 
         sampler = Sampler([w.pid for w in env.workers], env.db_name)
         say(f"measuring: {config}, {agents} agents x {iterations} iterations, LLM {delay_s} s ...")
         ids: list[str] = []
+        machine_before, own_before = machine_cpu(), sum(os.times()[:2])
         started = time.perf_counter()
         for i in range(agents):
             ids.append(
                 start_run(env, f"p4-{config}-{i}", reads=iterations - 1, iterations=iterations)
             )
         finished = wait_finished(ids, 60 + agents * iterations * delay_s)
+        machine_after, own_after = machine_cpu(), sum(os.times()[:2])
         done, failed, summary = check_runs(ids)
         outcome.rate = done / (finished - started)
         outcome.detail = f"{done} iterations in {finished - started:.1f} s; runs: {summary}"
         if failed:
             outcome.detail += f"; {failed} failed tool calls"
+        busy = machine_after[0] - machine_before[0]
+        total = machine_after[1] - machine_before[1]
+        sampler.stop()
+        per = 1000 / max(done, 1)
+        outcome.cpu = (
+            f"CPU ms per iteration: workers {sampler.cpu_seconds('worker') * per:.0f}, "
+            f"sandbox {sampler.cpu_seconds('sandbox') * per:.0f}, this script (LLM stub, "
+            f"polling) {(own_after - own_before) * per:.0f}, whole machine {busy * per:.0f} "
+            f"({busy / total:.0%} of {os.cpu_count()} cores busy)"
+        )
     except Exception as exc:  # noqa: BLE001
         outcome.detail = f"n/a ({reason_of(exc)})"
     finally:
@@ -864,6 +901,8 @@ def part4(env: Env, configs: list[str], agents: int, iterations: int, delay_s: f
             f"{o.sandbox_procs:>13}  {o.db_connections:>8}"
         )
         lines.append(f"    ({o.detail})")
+        if o.cpu:
+            lines.append(f"    ({o.cpu})")
     return lines
 
 
