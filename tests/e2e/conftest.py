@@ -156,6 +156,8 @@ def e2e_stack(
         "MOTOR_WORKSPACES_DIR": str(workspaces),
         "MOTOR_SANDBOX_EGRESS_HOSTS": ",".join(f"{h}={upstream.ip}" for h in SERVICE_HOSTS),
         "CELERY_TASK_ALWAYS_EAGER": "false",
+        # The setting, not only --pool: a configured pool wins over --pool=prefork.
+        "CELERY_WORKER_POOL": "prefork",
     }
     log = log_path.open("w")
     worker = subprocess.Popen(

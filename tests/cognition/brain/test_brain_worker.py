@@ -58,6 +58,8 @@ def worker(llm_stub_server: LLMStubServer, tmp_path: Path) -> Iterator[subproces
         "LLM_MOTOR_MODEL": "motor-model",
         "MOTOR_WORKSPACES_DIR": str(tmp_path / "workspaces"),
         "CELERY_TASK_ALWAYS_EAGER": "false",
+        # The setting, not only --pool: a configured pool wins over --pool=prefork.
+        "CELERY_WORKER_POOL": "prefork",
     }
     log = (tmp_path / "worker.log").open("w")
     process = subprocess.Popen(
