@@ -104,6 +104,10 @@ class StubLLM:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes; with Nagle's algorithm on, the body would
+            # wait for the client's delayed ACK of the headers (about 40 ms) after the stub had
+            # stamped its answer, and that wait would be counted as orchestration overhead.
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 received = time.perf_counter()
