@@ -21,7 +21,7 @@ from typing import Any, TypedDict
 import openai
 from django.apps import apps
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -36,6 +36,7 @@ from runs.credentials import (
     scrub_unparsable_save_call,
     store_saved,
 )
+from runs.db import release_db_connection
 from runs.errors import (
     CredentialResolverFailed,
     CredentialsStillMissing,
@@ -499,23 +500,6 @@ def _close_sessions_of_finished_runs(*, current: str) -> None:
         run_session_close(ended_id)
 
 
-def _release_db_connection() -> None:
-    """Give this thread's database connection back before a long wait (LLM reply, tool call).
-
-    With the connection pool (PostgreSQL's default here) it returns to the pool at once and the
-    next query takes one again, so N threads waiting on the LLM need no N connections. Without a
-    pool the connection is only closed when it is not meant to persist (CONN_MAX_AGE 0). Never
-    inside a transaction: the loop makes its waits outside them.
-    """
-    connection = connections[DEFAULT_DB_ALIAS]
-    if connection.connection is None or connection.in_atomic_block:
-        return
-    if getattr(connection, "pool", None) is not None or not connection.settings_dict.get(
-        "CONN_MAX_AGE"
-    ):
-        connection.close()
-
-
 def _run_slice(
     lease: Lease,
     run: MotorRun,
@@ -581,7 +565,7 @@ def _run_slice(
         if not pending:
             if attempt.iteration >= attempt.max_iterations:
                 return _fail_budget(lease, run, attempt, actor=actor)
-            _release_db_connection()
+            release_db_connection()
             reply = _call_llm(run, attempt, client)
             if isinstance(reply, LLMUnavailable):
                 return _fail_locked(
@@ -1151,7 +1135,7 @@ def _execute_and_record(
     crash_point("after_intent")
     started = time.monotonic()
     values = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
-    _release_db_connection()
+    release_db_connection()
     # A cancel (or any newer claim) moves the token; the watch then kills the running call.
     with CallWatch(run_id=lease.run_id, token=lease.token):
         result = slot.execute(name=name, arguments=arguments, credentials=values)

@@ -41,6 +41,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from cognition.delivery import signal_data, wakeup_channel, wakeup_redis
+from runs.db import release_db_connection
 from runs.models import SignalKind
 from runs.selectors import signal_list
 
@@ -149,6 +150,9 @@ class _Waiter:
         """Return after `seconds` at most, earlier when a signal may have committed."""
         if seconds <= 0:
             return
+        # A waiting request holds no pooled database connection (the next read takes one again),
+        # so more requests can wait at once than a process has connections.
+        release_db_connection()
         if self.pubsub is None:
             time.sleep(min(seconds, FALLBACK_POLL_S))
             return

@@ -88,3 +88,37 @@ def test_a_slice_holds_no_connection_and_no_session_while_the_model_thinks(
     assert drive(run_id, client) == [SliceOutcome.FINISHED]
     assert MotorRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
     assert session.closed is True
+
+
+def test_a_waiting_signal_long_poll_holds_no_database_connection(agent):
+    # given a long-poll for the agent's signals, in its own thread as in a web worker
+    from cognition.api.signals import signals_wait
+    from runs.outbox import signal_emit
+
+    seen: dict[str, Any] = {}
+
+    def long_poll() -> None:
+        seen["connection"] = connections["default"]
+        try:
+            seen["signals"] = signals_wait(agent_id=agent.pk, after=0, limit=10, wait_s=25)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=long_poll)
+    thread.start()
+    try:
+        # when it has read once and waits for a signal to commit
+        _wait_until(
+            lambda: "connection" in seen and seen["connection"].connection is None,
+            "the long-poll to give its connection back",
+        )
+        # then it is still waiting, with no connection and no transaction of its own
+        assert thread.is_alive()
+        assert not [
+            state for state, _ in _other_backends() if state.startswith("idle in transaction")
+        ]
+    finally:
+        # and a signal committed now still wakes it with that signal
+        signal_emit(agent_id=agent.pk, kind="motor_result", payload={"status": "woken"})
+        thread.join(timeout=30)
+    assert [signal.payload for signal in seen["signals"]] == [{"status": "woken"}]
