@@ -10,6 +10,7 @@ import secrets
 from datetime import datetime
 
 from django.db import models
+from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
 #: hard ceiling on iterations of one attempt (seed 001, Phase 1: no history compaction above it)
@@ -169,6 +170,9 @@ class MotorRun(FSMModelMixin, models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    # seconds spent paused for a human (an answer, an approval, a credential): not counted
+    # against timeout_s, which budgets the run's own work
+    waited_s = models.PositiveIntegerField(default=0)
     completed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -225,7 +229,14 @@ class MotorRun(FSMModelMixin, models.Model):
         target=RunStatus.RUNNING,
     )
     def resume(self) -> None:
-        """An answer or a decision arrived; the loop continues where it paused."""
+        """An answer or a decision arrived; the loop continues where it paused.
+
+        The pause (since the run was last saved, when it started waiting) is added to waited_s,
+        so time spent waiting for a human does not use up the run's time budget.
+        """
+        if self.updated_at is not None:
+            paused = (timezone.now() - self.updated_at).total_seconds()
+            self.waited_s += max(0, int(paused))
 
     @transition(field=status, source=RunStatus.RUNNING, target=RunStatus.COMPLETED)
     def complete(self, *, result: dict[str, object], at: datetime) -> None:

@@ -536,7 +536,8 @@ def _run_slice(
                 retryable=False,
                 actor=actor,
             )
-        deadline = (run.started_at or run.created_at).timestamp() + run.timeout_s
+        # time paused for a human (waited_s) is not part of the run's budget
+        deadline = (run.started_at or run.created_at).timestamp() + run.timeout_s + run.waited_s
         if time.time() > deadline:
             return _fail_locked(
                 lease,
@@ -1357,10 +1358,11 @@ def _resume_with_credentials(
     previous = run.status
     run.resume()
     run.missing_credentials = []
-    fields = ["status", "missing_credentials", "updated_at"]
+    fields = ["status", "missing_credentials", "waited_s", "updated_at"]
     if attempt.index == 0 and attempt.iteration == 0 and not attempt.steps.exists():
         # It waited before doing anything: its time budget starts now, not before the wait.
         run.started_at = timezone.now()
+        run.waited_s = 0
         fields.append("started_at")
     run.save(update_fields=fields)
     _event(run, from_status=previous, actor=actor, credentials_provided=True)
@@ -1488,7 +1490,7 @@ def run_respond(*, run_id: str, answer: str, actor: str) -> RunTransitioned:
         attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
         previous = run.status
         run.resume()
-        run.save(update_fields=["status", "updated_at"])
+        run.save(update_fields=["status", "waited_s", "updated_at"])
         _event(run, from_status=previous, actor=actor)
         token = run.lease_token
         transaction.on_commit(lambda: _enqueue_step(run_id, token))
@@ -1777,7 +1779,7 @@ def _resume_after_decision(run: MotorRun, attempt: Attempt, *, actor: str, **det
     attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
     previous = run.status
     run.resume()
-    run.save(update_fields=["status", "updated_at"])
+    run.save(update_fields=["status", "waited_s", "updated_at"])
     _event(run, from_status=previous, actor=actor, **detail)
     token, run_id = run.lease_token, run.id
     transaction.on_commit(lambda: _enqueue_step(run_id, token))

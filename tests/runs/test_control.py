@@ -15,6 +15,7 @@ from runs.services import (
     SliceOutcome,
     run_reap,
     run_reemit_pending_questions,
+    run_respond,
     run_retry,
     run_start,
     run_step,
@@ -239,3 +240,45 @@ def test_a_crash_after_extraction_finishes_without_extracting_twice(agent, scrip
         recorded,
     )
     assert scripted_llm.requests == []
+
+
+def test_time_spent_waiting_for_an_answer_is_not_counted_against_the_run_timeout(
+    agent, scripted_llm
+):
+    # given a 30 s run that asked the user and then waited 10 minutes (started 10 min ago, too)
+    run_id = run_start(agent_id=agent.pk, task="t", timeout_s=30, actor="t")["run_id"]
+    scripted_llm.add(
+        reply_tools(tool_call("ask_user", {"question": "Which?"}, call_id="call_q")),
+        reply_text("Done with A."),
+    )
+    assert drive(run_id, scripted_llm.client()) == [SliceOutcome.PAUSED]
+    long_ago = timezone.now() - timedelta(minutes=10)
+    MotorRun.objects.filter(pk=run_id).update(started_at=long_ago, updated_at=long_ago)
+    # when the answer arrives
+    run_respond(run_id=run_id, answer="A", actor="t")
+    # then the wait is recorded as waited time and the run goes on to complete
+    run = MotorRun.objects.get(pk=run_id)
+    assert 600 <= run.waited_s <= 660
+    assert drive(run_id, scripted_llm.client()) == [SliceOutcome.FINISHED]
+    run.refresh_from_db()
+    assert run.status == RunStatus.COMPLETED
+    assert run.result["summary"] == "Done with A."
+
+
+def test_a_run_that_used_its_budget_before_waiting_still_times_out_after_the_answer(
+    agent, scripted_llm
+):
+    # given a 30 s run that worked 31 s before asking, then waited 10 minutes
+    run_id = run_start(agent_id=agent.pk, task="t", timeout_s=30, actor="t")["run_id"]
+    scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Which?"}, call_id="call_q")))
+    assert drive(run_id, scripted_llm.client()) == [SliceOutcome.PAUSED]
+    now = timezone.now()
+    MotorRun.objects.filter(pk=run_id).update(
+        started_at=now - timedelta(minutes=10, seconds=31), updated_at=now - timedelta(minutes=10)
+    )
+    run_respond(run_id=run_id, answer="A", actor="t")
+    # when its next slice runs, then it fails on its timeout without calling the model again
+    assert drive(run_id, scripted_llm.client()) == [SliceOutcome.FINISHED]
+    attempt = Attempt.objects.get(run_id=run_id)
+    assert attempt.failure["category"] == "timeout"
+    assert len(scripted_llm.requests) == 1
