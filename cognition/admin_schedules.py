@@ -20,6 +20,7 @@ from django.utils.html import format_html
 from cognition.models import Agent, Schedule, ScheduleOccurrence
 from cognition.schedules import (
     ScheduleInvalid,
+    last_occurrence_subquery,
     schedule_create,
     schedule_delete,
     schedule_disable,
@@ -119,7 +120,7 @@ class ScheduleAdmin(admin.ModelAdmin):
     )
     list_filter = ("enabled", "agent")
     search_fields = ("skill_name", "task", "agent__name")
-    list_select_related = ("agent", "periodic_task")
+    list_select_related = ("agent", "periodic_task", "periodic_task__crontab")
     readonly_fields = (
         "last_outcome",
         "next_fire_time",
@@ -132,7 +133,16 @@ class ScheduleAdmin(admin.ModelAdmin):
     actions = ["enable_schedules", "disable_schedules"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
-        rows = super().get_queryset(request)
+        # the latest occurrence rides along with each row, so the list costs no query per row
+        rows = (
+            super()
+            .get_queryset(request)
+            .annotate(
+                last_occurrence_outcome=last_occurrence_subquery("outcome"),
+                last_occurrence_fired_at=last_occurrence_subquery("fired_at"),
+                last_occurrence_reason=last_occurrence_subquery("reason"),
+            )
+        )
         if request.user.is_superuser:
             return rows
         return rows.filter(agent__owner=request.user)
@@ -158,12 +168,20 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description="Last outcome")
     def last_outcome(self, obj: Schedule) -> str:
-        last = schedule_last_occurrence(schedule=obj)
-        if last is None:
+        if hasattr(obj, "last_occurrence_fired_at"):
+            outcome = obj.last_occurrence_outcome
+            fired_at = obj.last_occurrence_fired_at
+            reason = obj.last_occurrence_reason
+        else:
+            last = schedule_last_occurrence(schedule=obj)
+            outcome, fired_at, reason = (
+                (last.outcome, last.fired_at, last.reason) if last else (None, None, None)
+            )
+        if fired_at is None:
             return "never fired"
-        text = f"{last.outcome} at {last.fired_at:%Y-%m-%d %H:%M:%S %Z}"
-        if last.reason:
-            text += f" ({last.reason})"
+        text = f"{outcome} at {fired_at:%Y-%m-%d %H:%M:%S %Z}"
+        if reason:
+            text += f" ({reason})"
         return text
 
     @admin.display(description="Next fire time")

@@ -38,7 +38,7 @@ from zoneinfo import ZoneInfo
 from celery.schedules import crontab as celery_crontab
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone as dj_timezone
 from django_celery_beat.models import (
     CrontabSchedule,
@@ -494,7 +494,9 @@ def schedule_delete(*, schedule: Schedule, actor: Any) -> None:
 
 
 def schedules_for_agent(*, agent: Agent) -> QuerySet[Schedule]:
-    return Schedule.objects.filter(agent=agent).select_related("periodic_task", "agent")
+    return Schedule.objects.filter(agent=agent).select_related(
+        "periodic_task", "periodic_task__crontab", "agent"
+    )
 
 
 def schedule_for_agent(*, agent: Agent, schedule_id: Any) -> Schedule:
@@ -512,7 +514,38 @@ def schedule_for_agent(*, agent: Agent, schedule_id: Any) -> Schedule:
 
 
 def schedule_last_occurrence(*, schedule: Schedule) -> ScheduleOccurrence | None:
+    """The schedule's latest occurrence; taken from schedules_attach_last_occurrences when a list
+    was prepared with it (no query per row)."""
+    attached = getattr(schedule, "_last_occurrence", _NOT_ATTACHED)
+    if attached is not _NOT_ATTACHED:
+        return attached  # type: ignore[no-any-return]
     return schedule.occurrences.order_by("-fired_at", "-id").first()
+
+
+_NOT_ATTACHED = object()
+
+
+def last_occurrence_subquery(field: str = "pk") -> Subquery:
+    """`field` of each schedule's latest occurrence, for annotating a schedule queryset."""
+    latest = ScheduleOccurrence.objects.filter(schedule=OuterRef("pk")).order_by("-fired_at", "-id")
+    return Subquery(latest.values(field)[:1])
+
+
+def schedules_attach_last_occurrences(schedules: list[Schedule]) -> list[Schedule]:
+    """Load the latest occurrence of every schedule of a page in two queries, for
+    schedule_data / schedule_last_occurrence to use instead of one query per schedule."""
+    if not schedules:
+        return schedules
+    last_ids = dict(
+        Schedule.objects.filter(pk__in=[s.pk for s in schedules])
+        .annotate(last_pk=last_occurrence_subquery())
+        .values_list("pk", "last_pk")
+    )
+    found = ScheduleOccurrence.objects.in_bulk([pk for pk in last_ids.values() if pk is not None])
+    for schedule in schedules:
+        last_pk = last_ids.get(schedule.pk)
+        schedule._last_occurrence = found.get(last_pk) if last_pk is not None else None  # type: ignore[attr-defined]
+    return schedules
 
 
 def schedule_next_fire(*, schedule: Schedule, now: datetime | None = None) -> datetime | None:

@@ -129,7 +129,8 @@ class ScheduleListView(ScheduleView):
         agent = self.scope_agent(request)
         paginator = ScheduleCursorPagination()
         page = paginator.paginate_queryset(svc.schedules_for_agent(agent=agent), request, view=self)
-        return paginator.get_paginated_response([svc.schedule_data(s) for s in page])
+        rows = svc.schedules_attach_last_occurrences(list(page or []))
+        return paginator.get_paginated_response([svc.schedule_data(s) for s in rows])
 
     @extend_schema(
         operation_id="schedules_create",

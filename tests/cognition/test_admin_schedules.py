@@ -192,3 +192,34 @@ def test_editing_a_schedule_that_has_occurrences_keeps_them(client, agent, root)
     assert list(schedule.occurrences.values_list("id", "reason")) == [
         (occurrence.pk, "credentials_missing")
     ]
+
+
+def _changelist_with_queries(client) -> tuple[str, int]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(reverse("admin:cognition_schedule_changelist"))
+    assert response.status_code == 200
+    return response.content.decode(), len(queries.captured_queries)
+
+
+def test_the_list_shows_each_rows_last_outcome_without_a_query_per_row(client, agent, root):
+    # given one fired interval schedule and one cron schedule that never fired
+    fired = _existing(agent, root)
+    occurrence = schedule_fire(schedule_id=fired.pk)
+    schedule_create(agent=agent, skill="weather-report", task="t", crontab="0 7 * * *", actor=root)
+    listing, few = _changelist_with_queries(client)
+    assert listing.count("never fired") == 1
+    assert listing.count(f"skipped at {occurrence.fired_at:%Y-%m-%d %H:%M:%S}") == 1
+    # when three more cron schedules, fired, are added
+    for hour in (8, 9, 10):
+        added = schedule_create(
+            agent=agent, skill="weather-report", task="t", crontab=f"0 {hour} * * *", actor=root
+        )
+        schedule_fire(schedule_id=added.pk)
+    listing, many = _changelist_with_queries(client)
+    # then the page costs the same number of queries and shows every row's own outcome
+    assert many == few
+    assert listing.count("never fired") == 1
+    assert listing.count("(credentials_missing)") == 4

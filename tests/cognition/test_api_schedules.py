@@ -304,3 +304,47 @@ def test_the_schema_documents_the_gate_on_gated_schedule_calls(tmp_path):
         "403",
         "404",
     }
+
+
+def _listed_with_queries(client) -> tuple[list[dict], int]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get("/api/v1/schedules/")
+    assert response.status_code == 200
+    return response.json()["results"], len(queries.captured_queries)
+
+
+def test_the_schedule_list_shows_each_last_occurrence_at_a_cost_that_does_not_grow_per_row(
+    world, skill
+):
+    # given two schedules, one cron and one interval, each fired (skipped: no credential)
+    client = bearer(world.alpha_token)
+    first = _existing(world)
+    schedule_create(
+        agent=world.alpha, skill="weather-report", task="t", crontab="0 7 * * *", actor=world.olivia
+    )
+    for schedule in Schedule.objects.all():
+        schedule_fire(schedule_id=schedule.pk)
+    schedule_fire(schedule_id=first.pk)
+    listed, few = _listed_with_queries(client)
+    # when three more fired schedules are added
+    for hour in (8, 9, 10):
+        added = schedule_create(
+            agent=world.alpha,
+            skill="weather-report",
+            task="t",
+            crontab=f"0 {hour} * * *",
+            actor=world.olivia,
+        )
+        schedule_fire(schedule_id=added.pk)
+    more, many = _listed_with_queries(client)
+    # then the list costs the same number of queries, and each row has its own latest occurrence
+    assert (len(listed), len(more)) == (2, 5)
+    assert many == few
+    latest = {
+        s.pk: s.occurrences.order_by("-fired_at", "-id").first().pk for s in Schedule.objects.all()
+    }
+    assert {row["id"]: row["last_occurrence"]["id"] for row in more} == latest
+    assert {row["last_occurrence"]["reason"] for row in more} == {"credentials_missing"}
