@@ -63,6 +63,26 @@ def _update_returning(queryset: QuerySet[MotorRun], values: dict[str, Any]) -> M
     return rows[0] if rows else None
 
 
+def _claim_values(*, owner: str, ttl: timedelta, count_slice: bool) -> dict[str, Any]:
+    """The column updates of a claim: the next token, the owner, the expiry and, with
+    `count_slice`, one more redelivery of a created or running run."""
+    values: dict[str, Any] = {
+        "lease_token": F("lease_token") + 1,
+        "lease_owner": owner,
+        "lease_expires_at": Now() + ttl,
+    }
+    if count_slice:
+        values["redelivery_count"] = Case(
+            When(
+                status__in=(RunStatus.CREATED, RunStatus.RUNNING),
+                then=F("redelivery_count") + 1,
+            ),
+            default=F("redelivery_count"),
+            output_field=PositiveIntegerField(),
+        )
+    return values
+
+
 def lease_claim_run(
     *,
     run_id: str,
@@ -88,20 +108,7 @@ def lease_claim_run(
         claimable = (Q(lease_token=expected_token) & claimable) | (
             Q(lease_token=expected_token + 1) & expired
         )
-    values: dict[str, Any] = {
-        "lease_token": F("lease_token") + 1,
-        "lease_owner": owner,
-        "lease_expires_at": Now() + ttl,
-    }
-    if count_slice:
-        values["redelivery_count"] = Case(
-            When(
-                status__in=(RunStatus.CREATED, RunStatus.RUNNING),
-                then=F("redelivery_count") + 1,
-            ),
-            default=F("redelivery_count"),
-            output_field=PositiveIntegerField(),
-        )
+    values = _claim_values(owner=owner, ttl=ttl, count_slice=count_slice)
     run = _update_returning(MotorRun.objects.filter(Q(pk=run_id) & claimable), values)
     if run is None:
         return None
@@ -166,20 +173,7 @@ def lease_take_over_from_dead(
     if expected_token is not None and held[1] not in (expected_token, expected_token + 1):
         return None
     ttl = ttl if ttl is not None else lease_ttl()
-    values: dict[str, Any] = {
-        "lease_token": F("lease_token") + 1,
-        "lease_owner": owner,
-        "lease_expires_at": Now() + ttl,
-    }
-    if count_slice:
-        values["redelivery_count"] = Case(
-            When(
-                status__in=(RunStatus.CREATED, RunStatus.RUNNING),
-                then=F("redelivery_count") + 1,
-            ),
-            default=F("redelivery_count"),
-            output_field=PositiveIntegerField(),
-        )
+    values = _claim_values(owner=owner, ttl=ttl, count_slice=count_slice)
     # Conditional on the observed token: if anyone claimed meanwhile, nothing happens.
     run = _update_returning(MotorRun.objects.filter(pk=run_id, lease_token=held[1]), values)
     if run is None:

@@ -465,7 +465,10 @@ def run_step(
     lease, run = claimed
     outcome: SliceOutcome | None = None
     try:
-        outcome = _run_slice(lease, run, owner=owner, client=client, credentials=credentials)
+        # one resolution per slice: the missing-credential check, the reply's redaction and each
+        # tool call all need the same values
+        resolve = _resolved_once(credentials or _resolve_credentials)
+        outcome = _run_slice(lease, run, owner=owner, client=client, credentials=resolve)
         return outcome
     finally:
         # The session stays warm while the run goes on (or waits for an answer); it ends with
@@ -1286,6 +1289,20 @@ def _resolve_credentials(run: MotorRun) -> dict[str, str]:
             run_id=run.id,
         )
     return values
+
+
+def _resolved_once(
+    resolve: Callable[[MotorRun], dict[str, str]],
+) -> Callable[[MotorRun], dict[str, str]]:
+    """`resolve`, asked at most once per run (a failure is not remembered)."""
+    known: dict[str, dict[str, str]] = {}
+
+    def resolved(run: MotorRun) -> dict[str, str]:
+        if run.id not in known:
+            known[run.id] = resolve(run)
+        return known[run.id]
+
+    return resolved
 
 
 def _missing_credentials(
