@@ -14,7 +14,7 @@ import re
 import socket
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -558,60 +558,36 @@ def _run_slice(
                     lease_fence(lease)
                     return _pause_for_credentials(run, attempt, lease, missing, actor=actor)
 
-        pending = _pending_calls(attempt)
-        # Model and reasoning are known for calls requested in this slice; calls resumed from
-        # an earlier slice keep what their intent row already says.
-        model, reasoning = "", ""
-        fresh = False
-        if _final_reply(attempt) is not None:
-            # The model already answered; a crash hit the finishing steps. Finish again.
-            return _finish_completed(lease, run, attempt, actor=actor)
-        if not pending:
-            if attempt.iteration >= attempt.max_iterations:
-                return _fail_budget(lease, run, attempt, actor=actor)
-            release_db_connection()
-            reply = _call_llm(run, attempt, client)
-            if isinstance(reply, LLMUnavailable):
+        slot = SandboxSlot(
+            run_id=run.id, workspace=run.workspace, allowed_domains=run.allowed_domains
+        )
+        # The slice goes on, iteration after iteration, while its time budget lasts, so one run
+        # does not hold a worker thread from the runs queued behind it.
+        slice_ends_at = time.monotonic() + slice_seconds()
+        # Bounded: every pass records an LLM reply (capped by max_iterations) or returns.
+        for _ in range(MAX_ITERATIONS_CEILING + 2):
+            outcome = _run_iteration(
+                lease,
+                run,
+                attempt,
+                slot=slot,
+                client=client,
+                credentials=credentials,
+                actor=actor,
+                slice_ends_at=slice_ends_at,
+            )
+            if outcome is not None:
+                return outcome
+            if time.time() > deadline:
                 return _fail_locked(
                     lease,
                     run,
                     attempt,
-                    category=FailureCategory.MODEL_FAILURE,
-                    message=reply.message,
+                    category=FailureCategory.TIMEOUT,
+                    message=f"the run exceeded its timeout of {run.timeout_s} s",
                     retryable=True,
                     actor=actor,
                 )
-            outcome = _record_reply(
-                lease, run, attempt, reply, actor=actor, credentials=credentials
-            )
-            if outcome is not None:
-                return outcome
-            # The stored message, with any credential value already replaced by its placeholder.
-            model, reasoning = reply.model, str(attempt.messages[-1].get("content") or "")
-            pending = _pending_calls(attempt)
-            fresh = True  # this iteration is new: none of its calls has a Step row yet
-
-        slot = SandboxSlot(
-            run_id=run.id, workspace=run.workspace, allowed_domains=run.allowed_domains
-        )
-        for position, (call_index, call) in enumerate(pending):
-            outcome = _perform_call(
-                lease,
-                run,
-                attempt,
-                call_index=call_index,
-                call=call,
-                fresh=fresh,
-                last=position == len(pending) - 1,
-                slot=slot,
-                credentials=credentials,
-                actor=actor,
-                model=model,
-                reasoning=reasoning,
-            )
-            if outcome is not None:
-                return outcome
-
         with transaction.atomic():
             _end_slice(lease)
         return SliceOutcome.CONTINUED
@@ -634,6 +610,89 @@ def _run_slice(
     finally:
         if slot is not None:
             slot.close()
+
+
+def slice_seconds() -> float:
+    """How long one slice may keep advancing its run before it hands over (MOTOR_SLICE_SECONDS).
+
+    Checked before each further iteration: a slice always makes one, and starts another only
+    while it has been running for less than this. 0 makes every slice one iteration.
+    """
+    return float(getattr(settings, "MOTOR_SLICE_SECONDS", 10.0))
+
+
+def _run_iteration(
+    lease: Lease,
+    run: MotorRun,
+    attempt: Attempt,
+    *,
+    slot: SandboxSlot,
+    client: openai.OpenAI | None,
+    credentials: Callable[[MotorRun], dict[str, str]] | None,
+    actor: str,
+    slice_ends_at: float,
+) -> SliceOutcome | None:
+    """One iteration of the loop: the LLM call when no requested call is pending, then the
+    pending tool calls in order. None: the iteration is recorded and the slice may go on.
+
+    Once the slice's time is up (`slice_ends_at`, time.monotonic()) when the iteration's last
+    result is recorded, that same commit releases the lease and queues the next slice, and the
+    outcome is CONTINUED.
+    """
+    pending = _pending_calls(attempt)
+    # Model and reasoning are known for calls requested in this iteration; calls resumed from
+    # an earlier slice keep what their intent row already says.
+    model, reasoning = "", ""
+    fresh = False
+    if _final_reply(attempt) is not None:
+        # The model already answered; a crash hit the finishing steps. Finish again.
+        return _finish_completed(lease, run, attempt, actor=actor)
+    if not pending:
+        if attempt.iteration >= attempt.max_iterations:
+            return _fail_budget(lease, run, attempt, actor=actor)
+        release_db_connection()
+        reply = _call_llm(run, attempt, client)
+        if isinstance(reply, LLMUnavailable):
+            return _fail_locked(
+                lease,
+                run,
+                attempt,
+                category=FailureCategory.MODEL_FAILURE,
+                message=reply.message,
+                retryable=True,
+                actor=actor,
+            )
+        outcome = _record_reply(lease, run, attempt, reply, actor=actor, credentials=credentials)
+        if outcome is not None:
+            return outcome
+        # The stored message, with any credential value already replaced by its placeholder.
+        model, reasoning = reply.model, str(attempt.messages[-1].get("content") or "")
+        pending = _pending_calls(attempt)
+        fresh = True  # this iteration is new: none of its calls has a Step row yet
+
+    for position, (call_index, call) in enumerate(pending):
+        outcome = _perform_call(
+            lease,
+            run,
+            attempt,
+            call_index=call_index,
+            call=call,
+            fresh=fresh,
+            last=position == len(pending) - 1,
+            slice_ends_at=slice_ends_at,
+            slot=slot,
+            credentials=credentials,
+            actor=actor,
+            model=model,
+            reasoning=reasoning,
+        )
+        if outcome is not None:
+            return outcome
+    if time.monotonic() >= slice_ends_at:
+        with transaction.atomic():
+            _end_slice(lease)
+        return SliceOutcome.CONTINUED
+    return None
 
 
 def _call_llm(
@@ -923,6 +982,7 @@ def _perform_call(
     call: dict[str, Any],
     fresh: bool,
     last: bool,
+    slice_ends_at: float,
     slot: SandboxSlot,
     credentials: Callable[[MotorRun], dict[str, str]] | None,
     actor: str,
@@ -932,7 +992,8 @@ def _perform_call(
     """Run one requested tool call under the intent → done protocol. None means "go on".
 
     `fresh`: the call was requested in this slice, so it cannot have a Step row yet. `last`:
-    no call of this iteration follows, so a call that ends well also ends the slice.
+    no call of this iteration follows, so a call that ends well also ends the slice when its
+    time is up (`slice_ends_at`).
     """
     crash_point("before_step")
     name = str(call["function"]["name"])
@@ -1064,7 +1125,17 @@ def _perform_call(
                 granted.used_at = timezone.now()
                 granted.save(update_fields=["used_at"])
     return _execute_and_record(
-        lease, run, attempt, step, name, arguments or {}, slot, credentials, actor, last=last
+        lease,
+        run,
+        attempt,
+        step,
+        name,
+        arguments or {},
+        slot,
+        credentials,
+        actor,
+        last=last,
+        slice_ends_at=slice_ends_at,
     )
 
 
@@ -1130,11 +1201,13 @@ def _execute_and_record(
     actor: str,
     *,
     last: bool = False,
+    slice_ends_at: float = 0.0,
 ) -> SliceOutcome | None:
     """The side effect itself (outside any transaction), then its fenced record.
 
-    When the call is the iteration's `last` and the run goes on, the same commit also ends the
-    slice: the lease is released and the next slice is queued once it is durable.
+    When the call is the iteration's `last`, the run goes on and the slice's time is up
+    (`slice_ends_at`), the same commit also ends the slice: the lease is released and the next
+    slice is queued once it is durable.
     """
     crash_point("after_intent")
     started = time.monotonic()
@@ -1149,10 +1222,11 @@ def _execute_and_record(
     crash_point("after_execution")
 
     with transaction.atomic():
-        lease_fence(lease)
+        # A recorded result is progress: the slices counted as unfinished start again from 0.
+        lease_fence(lease, redelivery_count=0)
         _complete_step(run, attempt, step, result)
         outcome = _after_result(run, attempt, name, result, actor=actor)
-        if outcome is None and last:
+        if outcome is None and last and time.monotonic() >= slice_ends_at:
             _end_slice(lease)
             outcome = SliceOutcome.CONTINUED
     crash_point("after_commit")
@@ -1746,14 +1820,21 @@ def run_reap(*, actor: str = "reaper") -> ReapReport:
     return {"woken": woken, "timed_out": timed_out}
 
 
-def run_reemit_pending_questions(*, actor: str = "startup") -> list[int]:
+def run_reemit_pending_questions(
+    *, actor: str = "startup", asked_before: datetime | None = None
+) -> list[int]:
     """Write a fresh awaiting_input signal for every run still waiting for an answer.
 
-    Called when the service starts, so a brain that missed the first signal asks again.
-    Returns the new signal ids.
+    Called when the service starts, so a brain that missed the first signal asks again; with
+    `asked_before`, only for runs that have been waiting since before that time (a question
+    asked later was signalled by the running service). Returns the new signal ids.
     """
     ids: list[int] = []
-    for run in MotorRun.objects.filter(status=RunStatus.AWAITING_INPUT).order_by("created_at"):
+    waiting = MotorRun.objects.filter(status=RunStatus.AWAITING_INPUT)
+    if asked_before is not None:
+        # a run's updated_at is stamped when it starts waiting, and not again until it resumes
+        waiting = waiting.filter(updated_at__lt=asked_before)
+    for run in waiting.order_by("created_at"):
         attempt = Attempt.objects.get(run=run, index=run.current_attempt_index)
         payload: dict[str, Any] = {
             "run_id": run.id,

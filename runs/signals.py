@@ -17,10 +17,14 @@ def reemit_pending_questions_on_worker_ready(sender: Any = None, **_: Any) -> No
     Queued rather than run here, so a slow database never delays the worker's readiness, and so
     it runs under the worker's normal task handling (retries, logging).
     """
+    from django.utils import timezone
+
     from runs.tasks import run_reemit_pending_questions_task
 
     try:
-        run_reemit_pending_questions_task.apply_async()
+        # Only questions asked before this worker was ready: a question asked since (by this
+        # worker's own runs, say) had its signal emitted by a running system a moment ago.
+        run_reemit_pending_questions_task.apply_async(args=[timezone.now().isoformat()])
     except Exception:  # noqa: BLE001 - a broker hiccup must not stop the worker from starting
         logger.exception("could not queue the re-emission of pending questions")
 

@@ -30,8 +30,12 @@ def run_reap_task() -> dict[str, list[str]]:
 
 
 @shared_task(name="runs.run_reemit_pending_questions", ignore_result=True)
-def run_reemit_pending_questions_task() -> int:
-    """Run once at service start: re-signal every run still awaiting input."""
+def run_reemit_pending_questions_task(asked_before: str | None = None) -> int:
+    """Run once at service start: re-signal every run still awaiting input (asked before
+    `asked_before`, an ISO 8601 time, when given)."""
+    from datetime import datetime
+
     from runs.services import run_reemit_pending_questions
 
-    return len(run_reemit_pending_questions())
+    cutoff = datetime.fromisoformat(asked_before) if asked_before else None
+    return len(run_reemit_pending_questions(asked_before=cutoff))

@@ -64,7 +64,7 @@ def test_a_gated_action_waits_for_approval_then_runs_exactly_once(agent, scripte
         "previous_status": "awaiting_approval",
         "new_status": "running",
     }
-    assert drive(run_id, scripted_llm.client()) == [SliceOutcome.CONTINUED, SliceOutcome.FINISHED]
+    assert drive(run_id, scripted_llm.client()) == [SliceOutcome.FINISHED]
     assert (workspace / "log.txt").read_text() == "a\n"
     approval.refresh_from_db()
     assert approval.status == "consumed" and approval.used_at is not None
@@ -98,7 +98,7 @@ def test_an_approval_lets_only_that_action_run_once(agent, scripted_llm, workspa
     )
     outcomes = drive(run_id, scripted_llm.client())
     # then A ran once with its approval, and the repeat waits for a new one
-    assert outcomes == [SliceOutcome.CONTINUED, SliceOutcome.PAUSED]
+    assert outcomes == [SliceOutcome.PAUSED]
     assert (workspace / "log.txt").read_text() == "a\n"
     first.refresh_from_db()
     assert first.used_at is not None

@@ -143,7 +143,8 @@ def test_reaper_wakes_a_run_whose_message_was_lost_and_only_that_one(make_agent,
     assert fresh not in queued[0]["headers"]["argsrepr"]
 
 
-def test_an_already_served_wake_up_message_is_dropped(agent, scripted_llm):
+def test_an_already_served_wake_up_message_is_dropped(agent, scripted_llm, settings):
+    settings.MOTOR_SLICE_SECONDS = 0  # one iteration per slice
     # given a run whose first message (token 0) was served: one iteration recorded, lease released
     run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
     scripted_llm.add(reply_tools(tool_call("nope")))
@@ -170,6 +171,20 @@ def test_questions_are_re_signalled_at_startup(agent, scripted_llm):
         "status": "awaiting_input",
         "question": "Still there?",
     }
+    assert Signal.objects.filter(run_id=run_id).count() == 2
+
+
+def test_a_worker_start_re_signals_only_questions_asked_before_it(agent, scripted_llm):
+    # given a run that asked its question after the worker started
+    started = timezone.now()
+    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Still there?"})))
+    drive(run_id, scripted_llm.client())
+    # when that worker's startup re-emission runs, then it adds nothing
+    assert run_reemit_pending_questions(asked_before=started) == []
+    assert Signal.objects.filter(run_id=run_id).count() == 1
+    # and a later start (the question is older than it) re-signals it once
+    assert len(run_reemit_pending_questions(asked_before=timezone.now())) == 1
     assert Signal.objects.filter(run_id=run_id).count() == 2
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -131,7 +132,7 @@ def test_iteration_cap_fails_the_run_with_the_partial_result(agent, scripted_llm
     # then it stopped after exactly 3 LLM calls and failed as budget_exhausted
     run = MotorRun.objects.get(pk=run_id)
     attempt = Attempt.objects.get(run=run)
-    assert outcomes == [SliceOutcome.CONTINUED] * 3 + [SliceOutcome.FINISHED]
+    assert outcomes == [SliceOutcome.FINISHED]  # one slice: well within its time budget
     assert len(scripted_llm.requests) == 3
     assert scripted_llm.remaining == 1
     assert run.status == RunStatus.FAILED
@@ -162,7 +163,7 @@ def test_same_tool_failing_three_times_with_the_same_code_fails_the_run(agent, s
     # then the third identical failure ends the run; the rest of the script is unused
     run = MotorRun.objects.get(pk=run_id)
     attempt = Attempt.objects.get(run=run)
-    assert outcomes == [SliceOutcome.CONTINUED, SliceOutcome.CONTINUED, SliceOutcome.FINISHED]
+    assert outcomes == [SliceOutcome.FINISHED]
     assert scripted_llm.remaining == 2
     assert run.status == RunStatus.FAILED
     assert attempt.failure["category"] == "tool_failure"
@@ -284,3 +285,60 @@ def test_messages_and_steps_are_json_with_placeholders_only(agent, scripted_llm,
     step = Step.objects.get(attempt__run_id=run_id)
     assert step.arguments == {"url": "https://x.test", "token": "<credential:api_key>"}
     assert json.loads(json.dumps(Attempt.objects.get(run_id=run_id).messages))
+
+
+# on_commit hooks (the hand-over message) fire only outside a test transaction
+@pytest.mark.django_db(transaction=True)
+def test_one_slice_advances_the_run_iteration_after_iteration_under_a_single_claim(
+    agent, scripted_llm, test_redis
+):
+    # given a run whose model calls tools twice before it answers, and the default slice budget
+    run_id = run_start(agent_id=agent.pk, task="Loop", actor="test")["run_id"]
+    test_redis.delete("celery")  # the start's own wake-up message is not under test
+    scripted_llm.add(
+        reply_tools(tool_call("nope_a")), reply_tools(tool_call("nope_b")), reply_text("done")
+    )
+    # when one slice runs
+    outcome = run_step(run_id=run_id, expected_token=0, client=scripted_llm.client())
+    # then it made all three iterations itself: one claim (token 1), no hand-over message
+    run = MotorRun.objects.get(pk=run_id)
+    assert outcome is SliceOutcome.FINISHED
+    assert (run.status, run.lease_token) == (RunStatus.COMPLETED, 1)
+    assert Attempt.objects.get(run=run).iteration == 3
+    assert len(scripted_llm.requests) == 3
+    queued = [json.loads(raw)["headers"]["task"] for raw in test_redis.lrange("celery", 0, -1)]
+    assert "runs.run_step" not in queued
+
+
+# on_commit hooks (the hand-over message) fire only outside a test transaction
+@pytest.mark.django_db(transaction=True)
+def test_a_slice_past_its_time_budget_hands_the_run_over_after_the_iteration_in_hand(
+    agent, scripted_llm, test_redis, settings
+):
+    # given a slice budget of 0.2 s and a model whose second reply takes 0.3 s
+    settings.MOTOR_SLICE_SECONDS = 0.2
+    run_id = run_start(agent_id=agent.pk, task="Loop", actor="test")["run_id"]
+    test_redis.delete("celery")
+    scripted_llm.add(reply_tools(tool_call("nope_a")))
+    slow = scripted_llm.add_gated(reply_tools(tool_call("nope_b")))
+    scripted_llm.add(reply_text("done"))
+    opener = threading.Timer(0.3, slow.set)
+    opener.start()
+    # when one slice runs
+    outcome = run_step(run_id=run_id, expected_token=0, client=scripted_llm.client())
+    opener.join()
+    # then it finished the iteration it was in (the second), released the lease and queued the
+    # next slice for its token, without starting the third
+    run = MotorRun.objects.get(pk=run_id)
+    attempt = Attempt.objects.get(run=run)
+    assert outcome is SliceOutcome.CONTINUED
+    assert (run.status, run.lease_token, run.lease_expires_at) == (RunStatus.RUNNING, 1, None)
+    assert (attempt.iteration, len(scripted_llm.requests)) == (2, 2)
+    assert Step.objects.filter(attempt=attempt, state=StepState.DONE).count() == 2
+    queued = [json.loads(raw)["headers"] for raw in test_redis.lrange("celery", 0, -1)]
+    assert [h["argsrepr"] for h in queued if h["task"] == "runs.run_step"] == [f"['{run_id}', 1]"]
+    # and the next slice, for that message, finishes the run
+    assert run_step(run_id=run_id, expected_token=1, client=scripted_llm.client()) is (
+        SliceOutcome.FINISHED
+    )
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.COMPLETED

@@ -27,7 +27,10 @@ def _dead_pid() -> int:
         pid += 1
 
 
-def test_a_call_in_flight_when_its_worker_died_is_reported_not_rerun(agent, scripted_llm, tmp_path):
+def test_a_call_in_flight_when_its_worker_died_is_reported_not_rerun(
+    agent, scripted_llm, tmp_path, settings
+):
+    settings.MOTOR_SLICE_SECONDS = 0  # one iteration per slice, to look between them
     # given a run whose worker died after writing the intent of a `write` call (lease still live)
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -112,8 +115,9 @@ def test_a_slice_that_kept_killing_its_worker_fails_the_run_as_poison(agent, scr
 
 
 def test_a_non_idempotent_call_caught_in_flight_asks_the_owner_before_running_again(
-    agent, scripted_llm, tmp_path
+    agent, scripted_llm, tmp_path, settings
 ):
+    settings.MOTOR_SLICE_SECONDS = 0  # one iteration per slice, to look between them
     # given a run whose worker died during a bash call (not safe to repeat blindly)
     from runs.models import ApprovalRequest
     from runs.services import run_approve

@@ -30,8 +30,9 @@ def _wait_for(predicate, timeout_s: float = 20.0) -> bool:
 
 
 def test_the_session_stays_up_across_slices_and_closes_when_the_run_ends(
-    agent, scripted_llm, tmp_path
+    agent, scripted_llm, tmp_path, settings
 ):
+    settings.MOTOR_SLICE_SECONDS = 0  # one iteration per slice
     # given a run whose two code calls come from two LLM calls (two slices)
     workspace = tmp_path / "ws"
     workspace.mkdir()

@@ -38,8 +38,9 @@ def _wait_until(predicate: Any, what: str) -> None:
 
 
 def test_a_slice_holds_no_connection_and_no_session_while_the_model_thinks(
-    agent, scripted_llm, tmp_path: Path
+    agent, scripted_llm, tmp_path: Path, settings
 ):
+    settings.MOTOR_SLICE_SECONDS = 0  # one iteration per slice, to look between them
     # given a run granted `read` whose first LLM reply is held back
     workspace = tmp_path / "ws"
     workspace.mkdir()
