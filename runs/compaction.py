@@ -20,7 +20,6 @@ iterations, shortening old results already bounds the prompt.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Collection
 from typing import Any
@@ -47,13 +46,14 @@ def compact_messages(
     characters) and the first and last characters of the output, `summary_chars` in all. A result
     that would not get shorter, a result of a tool in `preserve_tools` (the user's answers to
     ask_user), and a result that is already compacted are left as they are. Pure, deterministic
-    and idempotent; the input is not modified.
+    and idempotent; the input is not modified (messages that stay as they are are shared with
+    it, not copied: treat the result as read-only).
     """
     if keep_full < 0:
         raise ValueError(f"keep_full: {keep_full} must be 0 or more")
     if summary_chars < 2:
         raise ValueError(f"summary_chars: {summary_chars} must be at least 2")
-    result = copy.deepcopy(messages)
+    result = list(messages)
     names = _tool_names(result)
     tool_positions = [i for i, message in enumerate(result) if message.get("role") == "tool"]
     older = tool_positions[: max(0, len(tool_positions) - keep_full)]
@@ -65,7 +65,7 @@ def compact_messages(
             continue
         shorter = summarize_tool_content(content, tool=name, summary_chars=summary_chars)
         if shorter is not None:
-            message["content"] = shorter
+            result[position] = {**message, "content": shorter}
     return result
 
 

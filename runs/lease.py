@@ -181,7 +181,8 @@ def lease_take_over_from_dead(
     return Lease(run_id=run_id, token=run.lease_token, owner=owner), run
 
 
-def _stale(lease: Lease) -> LeaseLost:
+def stale_lease(lease: Lease) -> LeaseLost:
+    """The LeaseLost error for a write refused to `lease`, naming the current token."""
     current = MotorRun.objects.filter(pk=lease.run_id).values_list("lease_token", flat=True).first()
     return LeaseLost(
         f"run {lease.run_id}: fencing token {lease.token} is stale "
@@ -204,7 +205,7 @@ def lease_fence(lease: Lease, **values: Any) -> None:
         lease_expires_at=Now() + lease_ttl(), **values
     )
     if updated != 1:
-        raise _stale(lease)
+        raise stale_lease(lease)
 
 
 def lease_lock(lease: Lease) -> MotorRun:
@@ -218,7 +219,7 @@ def lease_lock(lease: Lease) -> MotorRun:
         {"lease_expires_at": Now() + lease_ttl()},
     )
     if run is None:
-        raise _stale(lease)
+        raise stale_lease(lease)
     return run
 
 

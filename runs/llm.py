@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 import openai
 from django.conf import settings
-from openai.types.chat import ChatCompletion
 
 from runs.errors import LLMUnavailable
 
@@ -101,25 +100,54 @@ def llm_chat(
     if tools:
         kwargs["tools"] = list(tools)
     try:
-        # The plain POST of `chat.completions.create` without its request transform: that walks
-        # every message through the typed-dict schema (milliseconds per call, growing with the
-        # history), and our messages are already in wire format. Retries, timeouts and the
-        # response parsing are the client's own.
-        response = client.post("/chat/completions", body=kwargs, cast_to=ChatCompletion)
+        # The plain POST of `chat.completions.create`, with the body serialized here and the
+        # answer read here: the typed path walks every message through the request schema,
+        # copies the body for each attempt and builds a pydantic model of the answer
+        # (milliseconds per call, growing with the history); our messages are already in wire
+        # format. Retries, backoff, timeouts and error mapping stay the client's own.
+        raw = client.post("/chat/completions", content=json.dumps(kwargs).encode(), cast_to=bytes)
     except openai.APIError as exc:
         # The message of an APIError carries no request body, so no prompt text leaks here.
         raise LLMUnavailable(
             f"LLM call to model {model!r} failed: {exc.__class__.__name__}: {exc}"
         ) from exc
-    if not response.choices:
-        raise LLMUnavailable(f"LLM call to model {model!r} returned no choices")
-    message = response.choices[0].message
-    calls = tuple(
-        ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments or "{}")
-        for call in (message.tool_calls or [])
-        if getattr(call, "function", None) is not None
-    )
-    return LLMReply(content=message.content or "", tool_calls=calls, model=response.model or model)
+    return _parse_reply(raw, model)
+
+
+def _arguments_text(arguments: Any) -> str:
+    """A call's arguments as the JSON text the protocol specifies (some servers send an object)."""
+    if isinstance(arguments, str):
+        return arguments or "{}"
+    return json.dumps(arguments) if arguments else "{}"
+
+
+def _parse_reply(raw: bytes, model: str) -> LLMReply:
+    """The first choice of a chat-completions answer; LLMUnavailable when it is not one."""
+    try:
+        data = json.loads(raw)
+        choices = data.get("choices") or []
+        if not choices:
+            raise LLMUnavailable(f"LLM call to model {model!r} returned no choices")
+        message = choices[0]["message"]
+        calls = tuple(
+            ToolCall(
+                id=str(call.get("id") or ""),
+                name=str(call["function"].get("name") or ""),
+                arguments=_arguments_text(call["function"].get("arguments")),
+            )
+            for call in (message.get("tool_calls") or [])
+            if isinstance(call, dict) and isinstance(call.get("function"), dict)
+        )
+        return LLMReply(
+            content=message.get("content") or "",
+            tool_calls=calls,
+            model=str(data.get("model") or model),
+        )
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        raise LLMUnavailable(
+            f"LLM call to model {model!r} returned an answer that is not a chat completion "
+            f"({exc.__class__.__name__})"
+        ) from None
 
 
 # --- canned responses: the replay provider (and the test fixtures) ------------------------------

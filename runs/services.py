@@ -55,6 +55,7 @@ from runs.lease import (
     lease_take_over_from_dead,
     owner_is_dead,
 )
+from runs.ledger import ledger_add_intent, ledger_record_reply, ledger_record_result
 from runs.llm import LLMReply, ModelRole, llm_chat, llm_client
 from runs.models import (
     ACTIVE_STATUSES,
@@ -802,36 +803,36 @@ def _record_reply(
     placeholder, and every value the run knows is replaced wherever the model repeated it.
     """
     message = reply.as_message()
-    with transaction.atomic():
-        lease_fence(lease)
-        known = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
-        intercepted: dict[str, str] = {}
-        for call in message.get("tool_calls") or []:
-            function = call["function"]
-            if function["name"] != SAVE_CREDENTIAL:
-                continue
-            parsed = intercept_save_call(str(function.get("arguments") or ""))
-            if parsed is None:
-                function["arguments"] = scrub_unparsable_save_call(
-                    str(function.get("arguments") or "")
-                )
-                continue
-            name, value, redacted = parsed
-            function["arguments"] = redacted
-            # Out of scope: the value is dropped here; the call is answered "denied" later.
-            if _save_offered(run) and _save_denial(run, name) is None:
-                intercepted[name] = value
-            else:
-                known.setdefault(name, value)
-        if intercepted:
+    known = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
+    intercepted: dict[str, str] = {}
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        if function["name"] != SAVE_CREDENTIAL:
+            continue
+        parsed = intercept_save_call(str(function.get("arguments") or ""))
+        if parsed is None:
+            function["arguments"] = scrub_unparsable_save_call(str(function.get("arguments") or ""))
+            continue
+        name, value, redacted = parsed
+        function["arguments"] = redacted
+        # Out of scope: the value is dropped here; the call is answered "denied" later.
+        if _save_offered(run) and _save_denial(run, name) is None:
+            intercepted[name] = value
+        else:
+            known.setdefault(name, value)
+    if intercepted:
+        with transaction.atomic():
+            lease_fence(lease)
             store_saved(run, intercepted)
             MotorRun.objects.filter(pk=run.pk).update(saved_credentials=run.saved_credentials)
             known.update(intercepted)
-        attempt.iteration += 1
-        attempt.messages = [*attempt.messages, redact(message, known)]
-        attempt.save(update_fields=["iteration", "messages"])
-        if reply.tool_calls:
-            return None
+            attempt.iteration += 1
+            attempt.messages = [*attempt.messages, redact(message, known)]
+            attempt.save(update_fields=["iteration", "messages"])
+    else:
+        ledger_record_reply(lease, attempt, redact(message, known))
+    if reply.tool_calls:
+        return None
     return _finish_completed(lease, run, attempt, actor=actor)
 
 
@@ -1001,6 +1002,34 @@ def _perform_call(
     arguments = parse_arguments(raw_arguments)
 
     iteration = attempt.iteration
+    if (
+        fresh
+        and arguments is not None
+        and name in run.tools
+        and not (
+            run.approval_required
+            and needs_approval(name, arguments, network_enabled=bool(run.allowed_domains))
+        )
+    ):
+        # The common case, a granted call with nothing to decide before it runs: its intent
+        # is one fenced write (the general path below handles everything else).
+        step = _intent_step(
+            lease, attempt, call_index, call, name, arguments, raw_arguments, model, reasoning
+        )
+        ledger_add_intent(lease, step)
+        return _execute_and_record(
+            lease,
+            run,
+            attempt,
+            step,
+            name,
+            arguments,
+            slot,
+            credentials,
+            actor,
+            last=last,
+            slice_ends_at=slice_ends_at,
+        )
     with transaction.atomic():
         lease_fence(lease)
         step = (
@@ -1048,17 +1077,10 @@ def _perform_call(
             _complete_step(run, attempt, step, result)
             return _after_result(run, attempt, name, result, actor=actor)
         else:
-            step = Step.objects.create(
-                attempt=attempt,
-                iteration=iteration,
-                call_index=call_index,
-                tool_call_id=str(call["id"]),
-                tool=name[:64],
-                arguments=arguments if arguments is not None else {"_raw": raw_arguments[:2000]},
-                model=model,
-                reasoning=reasoning,
-                lease_token=lease.token,
+            step = _intent_step(
+                lease, attempt, call_index, call, name, arguments, raw_arguments, model, reasoning
             )
+            step.save(force_insert=True)
             if run.review and name in SYNTHETIC_TOOLS:
                 result = envelope(
                     ok=False, output=f"{name} is not available in a review run", error_code="denied"
@@ -1136,6 +1158,31 @@ def _perform_call(
         actor,
         last=last,
         slice_ends_at=slice_ends_at,
+    )
+
+
+def _intent_step(
+    lease: Lease,
+    attempt: Attempt,
+    call_index: int,
+    call: dict[str, Any],
+    name: str,
+    arguments: dict[str, Any] | None,
+    raw_arguments: str,
+    model: str,
+    reasoning: str,
+) -> Step:
+    """The Step row (unsaved, state intent) of a call about to be decided on or run."""
+    return Step(
+        attempt=attempt,
+        iteration=attempt.iteration,
+        call_index=call_index,
+        tool_call_id=str(call["id"]),
+        tool=name[:64],
+        arguments=arguments if arguments is not None else {"_raw": raw_arguments[:2000]},
+        model=model,
+        reasoning=reasoning,
+        lease_token=lease.token,
     )
 
 
@@ -1221,14 +1268,26 @@ def _execute_and_record(
     result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
     crash_point("after_execution")
 
-    with transaction.atomic():
-        # A recorded result is progress: the slices counted as unfinished start again from 0.
-        lease_fence(lease, redelivery_count=0)
-        _complete_step(run, attempt, step, result)
-        outcome = _after_result(run, attempt, name, result, actor=actor)
-        if outcome is None and last and time.monotonic() >= slice_ends_at:
-            _end_slice(lease)
+    ends_slice = last and time.monotonic() >= slice_ends_at
+    outcome: SliceOutcome | None = None
+    if result.get("ok"):
+        # No bailout to weigh: the result (and, at the slice's end, the release) is one write.
+        ledger_record_result(
+            lease, attempt, step, result, _tool_message(step, result), release=ends_slice
+        )
+        if ends_slice:
             outcome = SliceOutcome.CONTINUED
+            run_id, token = lease.run_id, lease.token
+            transaction.on_commit(lambda: _enqueue_step(run_id, token))
+    else:
+        with transaction.atomic():
+            # A recorded result is progress: the slices counted as unfinished start again at 0.
+            lease_fence(lease, redelivery_count=0)
+            _complete_step(run, attempt, step, result)
+            outcome = _after_result(run, attempt, name, result, actor=actor)
+            if outcome is None and ends_slice:
+                _end_slice(lease)
+                outcome = SliceOutcome.CONTINUED
     crash_point("after_commit")
     return outcome
 
@@ -1505,15 +1564,17 @@ def _complete_step(run: MotorRun, attempt: Attempt, step: Step, result: dict[str
     step.duration_ms = int(result.get("duration_ms") or 0)
     step.completed_at = timezone.now()
     step.save(update_fields=["state", "result", "duration_ms", "completed_at"])
-    attempt.messages = [
-        *attempt.messages,
-        {
-            "role": "tool",
-            "tool_call_id": step.tool_call_id,
-            "content": tool_message_content(result),
-        },
-    ]
+    attempt.messages = [*attempt.messages, _tool_message(step, result)]
     attempt.save(update_fields=["messages"])
+
+
+def _tool_message(step: Step, result: dict[str, Any]) -> dict[str, Any]:
+    """The tool message that answers `step`'s call in the conversation."""
+    return {
+        "role": "tool",
+        "tool_call_id": step.tool_call_id,
+        "content": tool_message_content(result),
+    }
 
 
 def _after_result(

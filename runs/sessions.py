@@ -17,6 +17,7 @@ import atexit
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,49 +116,110 @@ class CallWatch:
     """Kills a running call's session once the run's fencing token is no longer `token`.
 
     Use as a context manager around the call. The first check comes one interval after the call
-    started, so short calls cost no query at all.
+    started, so short calls cost no query at all. One watcher thread per process checks every
+    call in progress (one query for all that are due), so a call costs no thread of its own.
     """
 
     def __init__(self, *, run_id: str, token: int) -> None:
         self.run_id = run_id
         self.token = token
         self.fired = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._watch, name=f"motor-call-watch-{run_id}", daemon=True
-        )
+        self.due = 0.0
+        self._killed: threading.Event | None = None  # set once the watcher has killed the call
 
     def __enter__(self) -> CallWatch:
-        self._thread.start()
+        _watcher().add(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        killing = _watcher().remove(self)
+        if killing is not None:
+            # The call ended because the watcher is killing it: let the kill (the session's
+            # close) finish before the slice goes on, as if it had happened in this thread.
+            killing.wait()
 
-    def _watch(self) -> None:
-        interval = watch_interval_s()
+
+class _Watcher:
+    """The process's watcher of calls in progress: sleeps until the earliest check is due."""
+
+    def __init__(self) -> None:
+        self._calls: set[CallWatch] = set()
+        self._wake = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name="motor-call-watch", daemon=True)
+        self._thread.start()
+
+    def add(self, watch: CallWatch) -> None:
+        with self._wake:
+            watch.due = time.monotonic() + watch_interval_s()
+            self._calls.add(watch)
+            self._wake.notify()
+
+    def remove(self, watch: CallWatch) -> threading.Event | None:
+        """Stop watching; the event of a kill in progress, if the watcher started one."""
+        with self._wake:
+            self._calls.discard(watch)
+            return watch._killed
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                now = time.monotonic()
+                due = [watch for watch in self._calls if watch.due <= now]
+                if not due:
+                    nearest = min((watch.due for watch in self._calls), default=None)
+                    self._wake.wait(None if nearest is None else nearest - now)
+                    continue
+                interval = watch_interval_s()
+                for watch in due:
+                    watch.due = now + interval
+            self._check(due)
+
+    def _check(self, due: list[CallWatch]) -> None:
         try:
-            while not self._stop.wait(interval):
-                current = (
-                    MotorRun.objects.filter(pk=self.run_id)
-                    .values_list("lease_token", flat=True)
-                    .first()
+            current = dict(
+                MotorRun.objects.filter(pk__in={watch.run_id for watch in due}).values_list(
+                    "id", "lease_token"
                 )
+            )
+            for watch in due:
+                token = current.get(watch.run_id)
                 # None: the row is gone or not visible to this connection; nothing to judge.
-                if current is not None and current != self.token:
-                    logger.info(
-                        "run %s: fencing token moved from %s to %s during a call; killing it",
-                        self.run_id,
-                        self.token,
-                        current,
-                    )
-                    self.fired = True
-                    run_session_close(self.run_id)
-                    return
-        except Exception:  # noqa: BLE001 - a failed check must not kill the worker
-            logger.exception("run %s: call watch failed", self.run_id)
+                if token is None or token == watch.token:
+                    continue
+                with self._wake:
+                    if watch not in self._calls:
+                        continue  # the call ended meanwhile
+                    self._calls.discard(watch)
+                    killed = watch._killed = threading.Event()
+                logger.info(
+                    "run %s: fencing token moved from %s to %s during a call; killing it",
+                    watch.run_id,
+                    watch.token,
+                    token,
+                )
+                watch.fired = True
+                try:
+                    run_session_close(watch.run_id)
+                finally:
+                    killed.set()
+        except Exception:  # noqa: BLE001 - a failed check must not stop the watcher
+            logger.exception("call watch failed")
         finally:
-            # This thread's own database connection; never leave it open.
+            # This thread's own database connection; never keep it between checks.
             close_old_connections()
             connections.close_all()
+
+
+_watcher_lock = threading.Lock()
+_watcher_instance: _Watcher | None = None
+_watcher_pid = 0
+
+
+def _watcher() -> _Watcher:
+    """This process's watcher (started on first use, and anew in a forked child)."""
+    global _watcher_instance, _watcher_pid
+    with _watcher_lock:
+        if _watcher_instance is None or _watcher_pid != os.getpid():
+            _watcher_instance = _Watcher()
+            _watcher_pid = os.getpid()
+        return _watcher_instance

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
 
+from runs.errors import LLMUnavailable
 from runs.llm import ModelRole, llm_chat, llm_client, model_for_role
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 
@@ -77,3 +80,60 @@ def test_stub_server_plays_a_script_over_http_through_the_real_client(settings, 
     assert (second.content, second.tool_calls) == ("ok", ())
     assert [r["model"] for r in llm_stub_server.requests] == ["motor-x", "motor-x"]
     assert llm_stub_server.requests[1]["messages"] == [{"role": "user", "content": "again"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (b"<html>gateway</html>", "returned an answer that is not a chat completion"),
+        (b'{"choices": []}', "returned no choices"),
+        (b'{"choices": [{"index": 0}]}', "returned an answer that is not a chat completion"),
+    ],
+)
+def test_an_answer_that_is_not_a_chat_completion_is_a_clear_model_error(settings, body, why):
+    # given an endpoint that answers 200 with something else than a chat completion
+    settings.LLM_MOTOR_MODEL = "m"
+    client = openai.OpenAI(
+        base_url="http://llm.test/v1",
+        api_key="t",
+        max_retries=0,
+        http_client=httpx.Client(
+            transport=httpx.MockTransport(lambda request: httpx.Response(200, content=body))
+        ),
+    )
+    # when a chat call is made, then it fails naming the model and what was wrong
+    with pytest.raises(LLMUnavailable, match=f"LLM call to model 'm' {why}"):
+        llm_chat(client=client, messages=[{"role": "user", "content": "x"}])
+
+
+def test_the_request_is_the_chat_completions_wire_format_and_object_arguments_are_read(settings):
+    # given an endpoint that records the request and sends call arguments as an object
+    settings.LLM_MOTOR_MODEL = "m"
+    seen: list[httpx.Request] = []
+    answer = reply_tools(tool_call("read", {"path": "a.txt"}))
+    answer["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] = {"path": "a.txt"}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=answer)
+
+    client = openai.OpenAI(
+        base_url="http://llm.test/v1",
+        api_key="t",
+        max_retries=0,
+        http_client=httpx.Client(transport=httpx.MockTransport(handle)),
+    )
+    tools = [{"type": "function", "function": {"name": "read", "parameters": {}}}]
+    # when a chat call is made
+    reply = llm_chat(client=client, messages=[{"role": "user", "content": "x"}], tools=tools)
+    # then the body is plain JSON with model, messages and tools, and the call was read
+    (request,) = seen
+    assert request.headers["content-type"] == "application/json"
+    assert json.loads(request.content) == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "x"}],
+        "tools": tools,
+    }
+    assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [
+        ("read", {"path": "a.txt"})
+    ]

@@ -1,0 +1,203 @@
+"""The run loop's frequent fenced writes, each in one statement on PostgreSQL.
+
+An iteration writes three times: the model's reply, the intent of its tool call, the call's
+result. Each write must first prove the slice's lease (`runs.lease.lease_fence`) and then change
+one or two rows. Through the ORM that is BEGIN, the fencing UPDATE, the writes and COMMIT, and
+most of its cost is Python building SQL. On PostgreSQL the functions here send the fencing UPDATE
+and the writes it guards as one statement — the writes are chained behind the fence in
+data-modifying CTEs, so they change nothing unless the fence matched — in autocommit: one round
+trip and one commit per write. Other databases (SQLite) get the same writes as an ORM transaction.
+
+Each function raises LeaseLost, having changed nothing, when the slice's token is stale.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.models import Field
+from django.utils import timezone
+
+from runs.lease import Lease, lease_fence, lease_release, lease_ttl, stale_lease
+from runs.models import Attempt, MotorRun, Step, StepState
+
+
+def _single_statement(choice: bool | None) -> bool:
+    """One statement on PostgreSQL unless `choice` says otherwise (False: the ORM transaction,
+    which any database runs)."""
+    postgresql = connections[DEFAULT_DB_ALIAS].vendor == "postgresql"
+    return postgresql if choice is None else choice and postgresql
+
+
+def _quote(name: str) -> str:
+    return connections[DEFAULT_DB_ALIAS].ops.quote_name(name)
+
+
+def _prep(model: type[Any], name: str, value: Any) -> Any:
+    field = model._meta.get_field(name)
+    return field.get_db_prep_save(value, connections[DEFAULT_DB_ALIAS])
+
+
+@cache
+def _fence_sql(release: bool) -> str:
+    """The fencing UPDATE as a CTE named `fence`: renews the lease, or with `release` frees it
+    (the slice ends with this write). Either way the unfinished-slice count is reset: the write
+    is progress. Parameters: ttl (renew only), run id, token."""
+    run = _quote(MotorRun._meta.db_table)
+    if release:
+        sets = (
+            f"{_quote('lease_expires_at')} = NULL, {_quote('lease_owner')} = '', "
+            f"{_quote('idle_since')} = STATEMENT_TIMESTAMP()"
+        )
+    else:
+        sets = f"{_quote('lease_expires_at')} = STATEMENT_TIMESTAMP() + %s"
+    return (
+        f"WITH fence AS (UPDATE {run} SET {sets}, {_quote('redelivery_count')} = 0 "  # noqa: S608 - quoted model names; values are parameters
+        f"WHERE {_quote('id')} = %s AND {_quote('lease_token')} = %s RETURNING 1)"
+    )
+
+
+def _fence_params(lease: Lease, release: bool) -> list[Any]:
+    head: list[Any] = [] if release else [lease_ttl()]
+    return [*head, lease.run_id, lease.token]
+
+
+def _execute(sql: str, params: list[Any]) -> tuple[int, Any]:
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone() if cursor.description else None
+        return cursor.rowcount, row
+
+
+def ledger_record_reply(
+    lease: Lease, attempt: Attempt, message: dict[str, Any], *, single_statement: bool | None = None
+) -> None:
+    """Append the model's reply to the attempt's messages and count the iteration.
+
+    `attempt` is updated in memory only once the write succeeded.
+    """
+    iteration = attempt.iteration + 1
+    if _single_statement(single_statement):
+        table = _quote(Attempt._meta.db_table)
+        messages = _quote("messages")
+        sql = (
+            f"{_fence_sql(False)} UPDATE {table} SET {messages} = {messages} || %s, "  # noqa: S608 - quoted model names; values are parameters
+            f"{_quote('iteration')} = %s WHERE {_quote('id')} = %s AND EXISTS (SELECT 1 FROM fence)"
+        )
+        params = [
+            *_fence_params(lease, False),
+            _prep(Attempt, "messages", [message]),
+            iteration,
+            attempt.pk,
+        ]
+        if _execute(sql, params)[0] != 1:
+            raise stale_lease(lease)
+        attempt.iteration = iteration
+        attempt.messages = [*attempt.messages, message]
+        return
+    with transaction.atomic():
+        lease_fence(lease)
+        attempt.iteration = iteration
+        attempt.messages = [*attempt.messages, message]
+        attempt.save(update_fields=["iteration", "messages"])
+
+
+@cache
+def _step_columns() -> tuple[Field[Any, Any], ...]:
+    return tuple(field for field in Step._meta.concrete_fields if not field.primary_key)
+
+
+def ledger_add_intent(lease: Lease, step: Step, *, single_statement: bool | None = None) -> None:
+    """Insert `step` (state intent, not yet saved) and set its primary key."""
+    if _single_statement(single_statement):
+        connection = connections[DEFAULT_DB_ALIAS]
+        fields = _step_columns()
+        columns = ", ".join(_quote(field.column) for field in fields)
+        values = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in fields)
+        sql = (
+            f"{_fence_sql(False)} INSERT INTO {_quote(Step._meta.db_table)} ({columns}) "  # noqa: S608 - quoted model names; values are parameters
+            f"SELECT {values} FROM fence RETURNING {_quote('id')}"
+        )
+        params = [
+            *_fence_params(lease, False),
+            *(field.get_db_prep_save(field.pre_save(step, True), connection) for field in fields),
+        ]
+        count, row = _execute(sql, params)
+        if count != 1 or row is None:
+            raise stale_lease(lease)
+        step.pk = row[0]
+        step._state.adding = False
+        step._state.db = DEFAULT_DB_ALIAS
+        return
+    with transaction.atomic():
+        lease_fence(lease)
+        step.save(force_insert=True)
+
+
+def ledger_record_result(
+    lease: Lease,
+    attempt: Attempt,
+    step: Step,
+    result: dict[str, Any],
+    tool_message: dict[str, Any],
+    *,
+    release: bool,
+    single_statement: bool | None = None,
+) -> None:
+    """Mark `step` done with `result`, append `tool_message` to the attempt, and reset the
+    unfinished-slice count; with `release`, also free the lease (the slice ends here).
+
+    The in-memory `step` and `attempt` are updated once the write succeeded. Queuing the next
+    slice after a release is the caller's.
+    """
+    completed_at = timezone.now()
+    duration_ms = int(result.get("duration_ms") or 0)
+    if _single_statement(single_statement):
+        steps, attempts = _quote(Step._meta.db_table), _quote(Attempt._meta.db_table)
+        messages = _quote("messages")
+        sql = (
+            f"{_fence_sql(release)}, done AS (UPDATE {steps} SET {_quote('state')} = %s, "  # noqa: S608 - quoted model names; values are parameters
+            f"{_quote('result')} = %s, {_quote('duration_ms')} = %s, "
+            f"{_quote('completed_at')} = %s WHERE {_quote('id')} = %s "
+            f"AND EXISTS (SELECT 1 FROM fence) RETURNING 1) "
+            f"UPDATE {attempts} SET {messages} = {messages} || %s "
+            f"WHERE {_quote('id')} = %s AND EXISTS (SELECT 1 FROM done)"
+        )
+        params = [
+            *_fence_params(lease, release),
+            StepState.DONE.value,
+            _prep(Step, "result", result),
+            duration_ms,
+            _prep(Step, "completed_at", completed_at),
+            step.pk,
+            _prep(Attempt, "messages", [tool_message]),
+            attempt.pk,
+        ]
+        if _execute(sql, params)[0] != 1:
+            raise stale_lease(lease)
+        _apply_result(attempt, step, result, tool_message, duration_ms, completed_at)
+        return
+    with transaction.atomic():
+        lease_fence(lease, redelivery_count=0)
+        _apply_result(attempt, step, result, tool_message, duration_ms, completed_at)
+        step.save(update_fields=["state", "result", "duration_ms", "completed_at"])
+        attempt.save(update_fields=["messages"])
+        if release and not lease_release(lease, slice_done=True):
+            raise stale_lease(lease)
+
+
+def _apply_result(
+    attempt: Attempt,
+    step: Step,
+    result: dict[str, Any],
+    tool_message: dict[str, Any],
+    duration_ms: int,
+    completed_at: Any,
+) -> None:
+    step.state = StepState.DONE
+    step.result = result
+    step.duration_ms = duration_ms
+    step.completed_at = completed_at
+    attempt.messages = [*attempt.messages, tool_message]
