@@ -4,8 +4,11 @@ Run by hand (root, on a machine with bwrap, a Docker engine and the sandbox imag
 
     uv run python -m bench.sandbox            # default sample counts
     uv run python -m bench.sandbox --quick    # fewer samples
+    uv run python -m bench.sandbox --cpu-only # only the CPU measurements (bwrap)
 
-Prints the median and p95 of each measurement, then the ratios the design targets. A part that
+Prints the median and p95 of each measurement, then the ratios the design targets. The CPU part
+counts what the sandbox's own processes (bwrap, the supervisor with its threads, the file server,
+the commands) spend on one session's lifecycle and while sessions sit idle. A part that
 cannot run here (no bwrap, no engine, no image, not root for the TLS upstream) is reported as
 "n/a" with the reason; the rest still runs.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -236,16 +240,271 @@ def tls_pair(n: int) -> tuple[list[float], list[float]]:
         return proxied_ms, direct_ms
 
 
+# ------------------------------------------------------------------------------ CPU
+
+
+def children_cpu_ms() -> float:
+    """CPU (user + system) of this process's waited-for descendants so far, in ms. A session's
+    bwrap is our child and waits for the supervisor, so after close() this counts both up to
+    and including their exits. It does not count what the PID namespace's init takes down when
+    it is killed (the file server): the kernel reaps those without adding their time to anyone,
+    so `lifecycle_cpu` samples them just before the close."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
+def own_cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
+def tree_pids(root: int) -> list[int]:
+    """`root` and its live descendants (through every thread's children list)."""
+    out: list[int] = []
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                    todo.extend(int(p) for p in fh.read().split())
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def process_cpu_ms(pid: int) -> float:
+    """CPU the live process `pid` has used so far, all its threads, in ms (schedstat: ns
+    resolution, where /proc/<pid>/stat counts clock ticks of 10 ms). Threads that already ended
+    are not counted (the supervisor's threads live as long as it does)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e6
+
+
+def session_tree(session: object) -> tuple[int, list[int]]:
+    """(bwrap's pid, [the supervisor, the file server, ...]) of a bwrap session."""
+    inner = getattr(session, "inner", session)
+    bwrap_pid: int = inner._proc.pid  # noqa: SLF001
+    pids = tree_pids(bwrap_pid)
+    return bwrap_pid, [p for p in pids if p != bwrap_pid]
+
+
+def baseline_cpu(argv: list[str], n: int) -> list[float]:
+    """CPU of each of `n` runs of `argv` (a plain subprocess, waited for), in ms."""
+    subprocess.run(argv, check=True, env={})
+    out: list[float] = []
+    for _ in range(n):
+        before = children_cpu_ms()
+        subprocess.run(argv, check=True, env={})
+        out.append(children_cpu_ms() - before)
+    return out
+
+
+@dataclass
+class LifecycleCpu:
+    """Per lifecycle, in ms: every sandbox process until it was reaped (see `children_cpu_ms`),
+    and the parts of it sampled while the processes were still alive; `teardown` is what bwrap
+    and the supervisor spent after that sample (the close: their exits)."""
+
+    total: list[float]
+    bwrap: list[float]
+    supervisor_ready: list[float]
+    supervisor_reads: list[float]
+    file_server: list[float]
+    teardown: list[float]
+    host: list[float]
+
+
+def lifecycle_cpu(n: int, reads: int = 10) -> LifecycleCpu:
+    """`n` times: open a bwrap session, `reads` `read` calls of a small file, close; what the
+    run loop does for one run of `reads` iterations."""
+    from sandbox.tools.executors import execute_tool
+
+    backend = make_backend("bwrap")
+    out = LifecycleCpu([], [], [], [], [], [], [])
+    with workspace() as ws:
+        (ws / "notes.txt").write_text("a small file\n" * 8)
+        for i in range(n + 2):
+            kids_before, host_before = children_cpu_ms(), own_cpu_ms()
+            session = backend.open(SessionSpec(workspace=ws))
+            try:
+                bwrap_pid, inside = session_tree(session)
+                ready = sum(process_cpu_ms(p) for p in inside)
+                for _ in range(reads):
+                    result = execute_tool(
+                        session, "read", {"path": "notes.txt"}, network_enabled=False
+                    )
+                    if not result.ok:
+                        raise RuntimeError(f"read failed in the sandbox: {result.output}")
+                _bwrap_pid, inside = session_tree(session)
+                supervisor_pid = inside[0] if inside else 0
+                supervisor = process_cpu_ms(supervisor_pid)
+                others = sum(process_cpu_ms(p) for p in inside[1:])
+                bwrap = process_cpu_ms(bwrap_pid)
+            finally:
+                session.close()
+            # bwrap and the supervisor, exits included, + the rest as sampled before the close
+            total = children_cpu_ms() - kids_before + others
+            host = own_cpu_ms() - host_before
+            if i < 2:  # the first two warm the page cache
+                continue
+            out.total.append(total)
+            out.bwrap.append(bwrap)
+            out.supervisor_ready.append(ready)
+            out.supervisor_reads.append(supervisor - ready)
+            out.file_server.append(others)
+            out.teardown.append(total - bwrap - supervisor - others)
+            out.host.append(host)
+    return out
+
+
+def idle_cpu(sessions: int, seconds: float) -> tuple[list[float], list[float]]:
+    """Open `sessions` bwrap sessions with the egress bridge on, one read in each (so each
+    holds a resident file server), then let them sit for `seconds`. Returns (per session: the
+    CPU its sandbox processes used in that time, ms per second; [this process's CPU in that
+    time, ms per second per session]: the host side, egress proxies and spawner thread)."""
+    from sandbox.tools.executors import execute_tool
+
+    backend = make_backend("bwrap")
+    policy = NetworkPolicy(allowed_domains=("example.com",))
+    with ExitStack() as stack:
+        opened = []
+        for _ in range(sessions):
+            ws = stack.enter_context(workspace())
+            (ws / "notes.txt").write_text("a small file\n")
+            session = backend.open(SessionSpec(workspace=ws, network=policy))
+            stack.callback(session.close)
+            result = execute_tool(session, "read", {"path": "notes.txt"}, network_enabled=True)
+            if not result.ok:
+                raise RuntimeError(f"read failed in the sandbox: {result.output}")
+            opened.append(session)
+        time.sleep(0.5)  # let the last start-up settle
+        trees = [tree_pids(s._proc.pid) for s in opened]  # noqa: SLF001
+        before = [sum(process_cpu_ms(p) for p in tree) for tree in trees]
+        host_before = own_cpu_ms()
+        time.sleep(seconds)
+        host = own_cpu_ms() - host_before
+        after = [sum(process_cpu_ms(p) for p in tree) for tree in trees]
+        alive = [tree_pids(s._proc.pid) for s in opened]  # noqa: SLF001
+        if any(sorted(a) != sorted(t) for a, t in zip(alive, trees, strict=True)):
+            raise RuntimeError("a session's processes changed while it was idle")
+    per_session = [(a - b) / seconds for a, b in zip(after, before, strict=True)]
+    return per_session, [host / seconds / sessions]
+
+
 # ------------------------------------------------------------------------------ report
 
 
 def fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:9.2f}"
+    if value is None:
+        return "n/a"
+    return f"{value:9.3f}" if abs(value) < 0.1 else f"{value:9.2f}"
+
+
+def print_rows(rows: dict[str, Row], title: str = "measurement") -> None:
+    width = max(len(title), *(len(r.name) for r in rows.values()))
+    print()
+    print(f"{title:<{width}}  {'n':>4}  {'median ms':>9}  {'p95 ms':>9}")
+    print(f"{'-' * width}  {'-' * 4}  {'-' * 9}  {'-' * 9}")
+    for row in rows.values():
+        if row.error:
+            print(f"{row.name:<{width}}  {'':>4}  n/a ({row.error})")
+        else:
+            print(f"{row.name:<{width}}  {len(row.samples):>4}  {fmt(row.median)}  {fmt(row.p95)}")
+
+
+def print_ratios(
+    rows: dict[str, Row], ratios: list[tuple[str, str, str, str, float | None]]
+) -> None:
+    """Ratios of medians; a target of None prints the value without a verdict."""
+    print()
+    rwidth = max(len(r[0]) for r in ratios)
+    print(f"{'ratio (medians)':<{rwidth}}  {'value':>7}  {'target':>7}  verdict")
+    print(f"{'-' * rwidth}  {'-' * 7}  {'-' * 7}  {'-' * 7}")
+    for label, top, bottom, op, target in ratios:
+        a, b = rows[top].median, rows[bottom].median
+        if a is None or b is None or b == 0:
+            missing = rows[top].name if a is None else rows[bottom].name
+            shown = f"{op}{target:<5}" if target is not None else ""
+            print(f"{label:<{rwidth}}  {'n/a':>7}  {shown:>7}  n/a (missing: {missing})")
+            continue
+        value = a / b
+        if target is None:
+            print(f"{label:<{rwidth}}  {value:7.2f}  {'':>7}")
+            continue
+        met = value <= target if op == "<=" else value >= target
+        print(f"{label:<{rwidth}}  {value:7.2f}  {op}{target:<5}  {'met' if met else 'NOT met'}")
+
+
+def cpu_rows(k: int, idle_sessions: int, idle_seconds: float) -> dict[str, Row]:
+    rows: dict[str, Row] = {}
+    python = ["/usr/bin/python3", "-I", "-S", "-c", "pass"]
+    rows["cpu_python"] = measure(
+        "plain subprocess `python3 -I -S -c pass`", lambda: baseline_cpu(python, 60 // k)
+    )
+    rows["cpu_raw_bwrap"] = measure(
+        "raw `bwrap --unshare-all ... true`", lambda: baseline_cpu(raw_bwrap_argv(), 60 // k)
+    )
+    life: dict[str, LifecycleCpu] = {}
+
+    def part(name: str) -> Callable[[], list[float]]:
+        def body() -> list[float]:
+            if not life:
+                life["x"] = lifecycle_cpu(30 // k)
+            return list(getattr(life["x"], name))
+
+        return body
+
+    for key, name in (
+        ("total", "session lifecycle: open, 10 reads, close"),
+        ("bwrap", "  of which bwrap (outside the namespaces)"),
+        ("supervisor_ready", "  the supervisor until ready"),
+        ("supervisor_reads", "  the supervisor during the 10 reads"),
+        ("file_server", "  the file server"),
+        ("teardown", "  the close (exits of bwrap and the supervisor)"),
+        ("host", "the host side of it (this process)"),
+    ):
+        rows[f"cpu_{key}"] = measure(name, part(key))
+        if life == {} and rows[f"cpu_{key}"].error:
+            break
+    idle: dict[str, tuple[list[float], list[float]]] = {}
+
+    def idle_part(which: int) -> list[float]:
+        if not idle:
+            idle["x"] = idle_cpu(idle_sessions, idle_seconds)
+        return idle["x"][which]
+
+    rows["cpu_idle"] = measure(
+        f"idle session, per second ({idle_sessions} open for {idle_seconds:g} s, bridge on)",
+        lambda: idle_part(0),
+    )
+    rows["cpu_idle_host"] = measure(
+        "  the host side of it, per session and second", lambda: idle_part(1)
+    )
+    return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
+    parser.add_argument("--cpu-only", action="store_true", help="only the CPU measurements")
+    parser.add_argument("--idle-sessions", type=int, default=20, help="sessions left idle")
+    parser.add_argument("--idle-seconds", type=float, default=10.0, help="how long they idle")
     args = parser.parse_args()
     k = 4 if args.quick else 1
     print("bench/sandbox.py: measuring (this takes a minute or two)", file=sys.stderr)
@@ -255,62 +514,74 @@ def main() -> int:
     def add(key: str, name: str, body: Callable[[], list[float]]) -> None:
         rows[key] = measure(name, body)
 
-    add("plain", "plain subprocess exec of `true`", lambda: plain_exec(200 // k))
-    add("raw_bwrap", "raw `bwrap --unshare-all ... true`", lambda: raw_bwrap(100 // k))
-    add("warm_bwrap", "warm bwrap session call of `true`", lambda: warm_call("bwrap", 200 // k))
-    add("read_bwrap", "warm bwrap read of a small file", lambda: warm_read("bwrap", 200 // k))
-    add(
-        "cold_bwrap",
-        "cold bwrap session + first call (egress bridge on)",
-        lambda: cold_network_session(30 // k),
+    if not args.cpu_only:
+        add("plain", "plain subprocess exec of `true`", lambda: plain_exec(200 // k))
+        add("raw_bwrap", "raw `bwrap --unshare-all ... true`", lambda: raw_bwrap(100 // k))
+        add("warm_bwrap", "warm bwrap session call of `true`", lambda: warm_call("bwrap", 200 // k))
+        add("read_bwrap", "warm bwrap read of a small file", lambda: warm_read("bwrap", 200 // k))
+        add(
+            "cold_bwrap",
+            "cold bwrap session + first call (egress bridge on)",
+            lambda: cold_network_session(30 // k),
+        )
+        add("docker_run", f"`docker run --rm {IMAGE} true`", lambda: docker_run(10 // k or 3))
+        add(
+            "warm_docker",
+            "warm docker session call of `true`",
+            lambda: warm_call("docker", 100 // k),
+        )
+        add(
+            "read_docker", "warm docker read of a small file", lambda: warm_read("docker", 100 // k)
+        )
+        tls: dict[str, list[float]] = {}
+
+        def tls_body(which: int) -> list[float]:
+            if not tls:
+                proxied, direct = tls_pair(100 // k)
+                tls["proxied"], tls["direct"] = proxied, direct
+            return tls["proxied"] if which == 0 else tls["direct"]
+
+        add("tls_proxied", "new TLS connection through our proxy", lambda: tls_body(0))
+        add("tls_direct", "new TLS connection direct", lambda: tls_body(1))
+        if not tls and rows["tls_proxied"].error:
+            rows["tls_direct"].error = rows["tls_proxied"].error
+
+    cpu = cpu_rows(k, args.idle_sessions, args.idle_seconds)
+
+    if rows:
+        print_rows(rows)
+        print_ratios(
+            rows,
+            [
+                ("warm bwrap call / plain exec", "warm_bwrap", "plain", "<=", 1.5),
+                ("warm bwrap read / warm bwrap `true` call", "read_bwrap", "warm_bwrap", "<=", 1.5),
+                (
+                    "warm docker read / warm docker `true` call",
+                    "read_docker",
+                    "warm_docker",
+                    "<=",
+                    1.5,
+                ),
+                ("cold bwrap session / raw bwrap", "cold_bwrap", "raw_bwrap", "<=", 2.0),
+                ("docker run / cold bwrap session", "docker_run", "cold_bwrap", ">=", 30.0),
+                ("proxied / direct TLS connection", "tls_proxied", "tls_direct", "<=", 1.6),
+            ],
+        )
+    print_rows(cpu, "CPU (user + system) of the sandbox processes")
+    print_ratios(
+        cpu,
+        [
+            ("lifecycle / plain `python3 -I -S -c pass`", "cpu_total", "cpu_python", "<=", 3.0),
+            ("lifecycle / raw bwrap", "cpu_total", "cpu_raw_bwrap", "<=", 5.0),
+            (
+                "idle session for 1 s / `python3 -I -S -c pass`",
+                "cpu_idle",
+                "cpu_python",
+                "<=",
+                0.01,
+            ),
+        ],
     )
-    add("docker_run", f"`docker run --rm {IMAGE} true`", lambda: docker_run(10 // k or 3))
-    add("warm_docker", "warm docker session call of `true`", lambda: warm_call("docker", 100 // k))
-    add("read_docker", "warm docker read of a small file", lambda: warm_read("docker", 100 // k))
-    tls: dict[str, list[float]] = {}
-
-    def tls_body(which: int) -> list[float]:
-        if not tls:
-            proxied, direct = tls_pair(100 // k)
-            tls["proxied"], tls["direct"] = proxied, direct
-        return tls["proxied"] if which == 0 else tls["direct"]
-
-    add("tls_proxied", "new TLS connection through our proxy", lambda: tls_body(0))
-    add("tls_direct", "new TLS connection direct", lambda: tls_body(1))
-    if not tls and rows["tls_proxied"].error:
-        rows["tls_direct"].error = rows["tls_proxied"].error
-
-    width = max(len(r.name) for r in rows.values())
-    print()
-    print(f"{'measurement':<{width}}  {'n':>4}  {'median ms':>9}  {'p95 ms':>9}")
-    print(f"{'-' * width}  {'-' * 4}  {'-' * 9}  {'-' * 9}")
-    for row in rows.values():
-        if row.error:
-            print(f"{row.name:<{width}}  {'':>4}  n/a ({row.error})")
-        else:
-            print(f"{row.name:<{width}}  {len(row.samples):>4}  {fmt(row.median)}  {fmt(row.p95)}")
-
-    ratios = [
-        ("warm bwrap call / plain exec", "warm_bwrap", "plain", "<=", 1.5),
-        ("warm bwrap read / warm bwrap `true` call", "read_bwrap", "warm_bwrap", "<=", 1.5),
-        ("warm docker read / warm docker `true` call", "read_docker", "warm_docker", "<=", 1.5),
-        ("cold bwrap session / raw bwrap", "cold_bwrap", "raw_bwrap", "<=", 2.0),
-        ("docker run / cold bwrap session", "docker_run", "cold_bwrap", ">=", 30.0),
-        ("proxied / direct TLS connection", "tls_proxied", "tls_direct", "<=", 1.6),
-    ]
-    print()
-    rwidth = max(len(r[0]) for r in ratios)
-    print(f"{'ratio (medians)':<{rwidth}}  {'value':>7}  {'target':>7}  verdict")
-    print(f"{'-' * rwidth}  {'-' * 7}  {'-' * 7}  {'-' * 7}")
-    for label, top, bottom, op, target in ratios:
-        a, b = rows[top].median, rows[bottom].median
-        if a is None or b is None or b == 0:
-            missing = rows[top].name if a is None else rows[bottom].name
-            print(f"{label:<{rwidth}}  {'n/a':>7}  {op}{target:<5}  n/a (missing: {missing})")
-            continue
-        value = a / b
-        met = value <= target if op == "<=" else value >= target
-        print(f"{label:<{rwidth}}  {value:7.2f}  {op}{target:<5}  {'met' if met else 'NOT met'}")
     return 0
 
 
