@@ -83,7 +83,6 @@ an allocation failure under the RLIMIT_AS cap.
 from __future__ import annotations
 
 import array
-import base64
 import binascii
 import errno
 import fcntl
@@ -96,17 +95,21 @@ import select
 import selectors
 import signal
 import struct
-import subprocess
 import sys
 import termios
 import threading
 import time
-from collections.abc import Mapping
-from types import ModuleType
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing would add to every sandbox start
+    import subprocess
+    from collections.abc import Mapping
+    from types import ModuleType
     from typing import Any, BinaryIO
+
+# `subprocess` (about 3 ms of a start: it brings contextlib, locale, warnings, ...) is imported
+# when the first command starts (`Runner._start`): a session that only reads and writes files
+# through the file server never needs it.
 
 #: the biggest frame either side accepts (64 MiB)
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -288,8 +291,9 @@ def parse_exec(raw: Mapping[str, Any], config: Config) -> ExecSpec:
     ):
         raise ProtocolError("argv must be a non-empty list of strings without NUL bytes")
     try:
-        stdin = base64.b64decode(raw.get("stdin_b64") or "", validate=True)
-    except (binascii.Error, TypeError) as exc:
+        # what base64.b64decode(..., validate=True) does, without importing base64
+        stdin = binascii.a2b_base64(raw.get("stdin_b64") or "", strict_mode=True)
+    except (ValueError, TypeError) as exc:
         raise ProtocolError(f"stdin_b64 is not base64: {exc}") from exc
     timeout = raw.get("timeout_s")
     if timeout is None:
@@ -319,15 +323,20 @@ def parse_exec(raw: Mapping[str, Any], config: Config) -> ExecSpec:
 
 def _load_sibling(name: str) -> ModuleType:
     """Import a module that sits next to this file, both on the host (as a package member)
-    and inside the sandbox (where this file runs as a script under ``python3 -I``, so its
-    directory is not on sys.path)."""
+    and inside the sandbox (where `BOOT` put this directory on sys.path, or where this file runs
+    as a script under ``python3 -I``, so its directory is not on sys.path)."""
     if __package__:
         import importlib
 
         return importlib.import_module(f"{__package__}.{name}")
+    directory = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and sys.path[0] == directory:
+        # started by BOOT: a plain import finds it first there (importlib.util is not needed)
+        module: ModuleType = __import__(name)
+        return module
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    path = os.path.join(directory, f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"motor_cortex_inside_{name}", path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
@@ -486,6 +495,11 @@ class _Spawner:
 
 class _SlowPath(Exception):
     """The fast path cannot start this command; nothing was started."""
+
+
+class _StartFailed(Exception):
+    """The command's limits or seccomp filter could not be applied (subprocess's
+    SubprocessError, raised as this so that catching it needs no import of subprocess)."""
 
 
 #: errno values of a fork()/pipe() that failed under the inherited limits (nothing ran)
@@ -647,8 +661,8 @@ def _result(
         "op": "result",
         "exit_code": exit_code,
         "signal": sig,
-        "stdout_b64": base64.b64encode(stdout).decode(),
-        "stderr_b64": base64.b64encode(stderr).decode(),
+        "stdout_b64": binascii.b2a_base64(stdout, newline=False).decode(),
+        "stderr_b64": binascii.b2a_base64(stderr, newline=False).decode(),
         "duration_ms": duration_ms,
         "timed_out": timed_out,
         "truncated": truncated,
@@ -848,6 +862,8 @@ class Runner:
         return cap
 
     def _popen(self, spec: ExecSpec, **extra: Any) -> subprocess.Popen[bytes]:
+        import subprocess  # already imported by `_start`, on the main thread
+
         return subprocess.Popen(
             spec.argv,
             stdin=subprocess.PIPE,
@@ -894,7 +910,7 @@ class Runner:
             except MemoryError as exc:
                 # the command may or may not have started: make sure it is gone, never retry
                 sweep_processes()
-                raise subprocess.SubprocessError("out of memory while starting") from exc
+                raise _StartFailed("out of memory while starting") from exc
         finally:
             for res in reversed(applied):
                 resource.setrlimit(res, self._own[res])
@@ -908,16 +924,22 @@ class Runner:
         return proc
 
     def _start(self, spec: ExecSpec, targets: LimitTargets) -> subprocess.Popen[bytes]:
-        if self._spawner is not None:
-            try:
-                return self._spawn_inherited(spec, targets)
-            except _SlowPath:
-                pass
-        self._child_setup.prepare(targets)
-        return self._popen(
-            spec,
-            preexec_fn=self._child_setup,  # noqa: PLW1509 - limits must be set pre-exec
-        )
+        # the session's first command imports it, before any limit is applied to this process
+        import subprocess
+
+        try:
+            if self._spawner is not None:
+                try:
+                    return self._spawn_inherited(spec, targets)
+                except _SlowPath:
+                    pass
+            self._child_setup.prepare(targets)
+            return self._popen(
+                spec,
+                preexec_fn=self._child_setup,  # noqa: PLW1509 - limits must be set pre-exec
+            )
+        except subprocess.SubprocessError as exc:
+            raise _StartFailed(str(exc)) from exc
 
     def _file_op(self, spec: ExecSpec) -> str | None:
         """The tools.py file operation `spec` asks for, when it may be served by a fork."""
@@ -1166,7 +1188,7 @@ class Runner:
         except OSError as exc:
             msg = f"{spec.argv[0]}: cannot execute: {exc.strerror or exc}"
             return _result(exit_code=126, stderr=msg.encode(), error=("denied", msg))
-        except subprocess.SubprocessError as exc:
+        except _StartFailed as exc:
             msg = f"the command's limits or seccomp filter could not be applied: {exc}"
             return _result(exit_code=None, error=("sandbox_error", msg))
         return self._supervise(proc, spec, started)
@@ -1465,8 +1487,8 @@ def main(argv: list[str]) -> int:
     if len(argv) >= 1 and argv[0] == "run-one":
         if len(argv) == 3 and argv[1] == "--request-b64":
             try:
-                raw = base64.b64decode(argv[2], validate=True)
-            except binascii.Error as exc:
+                raw = binascii.a2b_base64(argv[2], strict_mode=True)
+            except ValueError as exc:
                 print(f"supervisor: --request-b64 is not base64: {exc}", file=sys.stderr)
                 return 2
         elif len(argv) == 1:
