@@ -1067,7 +1067,10 @@ class Runner:
         """Wait for the server's answer under the call's timeout (and workspace quota)."""
         deadline = started + spec.timeout_s
         scan_interval = 0.05
-        next_scan = started + scan_interval
+        # without quota checks nothing is due before the deadline: the wait below then sleeps
+        # until the answer (a `next_scan` left in the past would make it poll without sleeping)
+        scanning = check_quota and bool(self.config.workspace_bytes)
+        next_scan = started + scan_interval if scanning else float("inf")
         buf = bytearray()
         sel = selectors.DefaultSelector()
         sel.register(server.answers, selectors.EVENT_READ, "answer")
@@ -1081,7 +1084,7 @@ class Runner:
                 if now >= deadline:
                     timed_out = True
                     break
-                if check_quota and self.config.workspace_bytes and now >= next_scan:
+                if scanning and now >= next_scan:
                     scan_started = time.monotonic()
                     if self._over_quota():
                         quota_hit = True
@@ -1226,7 +1229,8 @@ class Runner:
             sel.register(self._host_fd, selectors.EVENT_READ, "host")
         deadline = started + spec.timeout_s
         scan_interval = 0.05
-        next_scan = started + scan_interval
+        # no quota, no scans: nothing is due before the deadline (see `_await_answer`)
+        next_scan = started + scan_interval if self.config.workspace_bytes else float("inf")
         exited = False
         open_outputs = 2
         nothing_left = False
