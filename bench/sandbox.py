@@ -373,6 +373,38 @@ def lifecycle_cpu(n: int, reads: int = 10) -> LifecycleCpu:
     return out
 
 
+def slow_file_call_cpu(n: int) -> tuple[list[float], list[float]]:
+    """A file call that takes tens of milliseconds (a grep without a match through 300 files of
+    60 KB). Returns (the supervisor's CPU during each call, [each call's wall time]), in ms:
+    what a supervisor spends waiting for its file server, which should be next to nothing."""
+    from sandbox.tools.executors import execute_tool
+
+    backend = make_backend("bwrap")
+    supervisor_ms: list[float] = []
+    wall_ms: list[float] = []
+    with workspace() as ws:
+        for i in range(300):
+            (ws / f"f{i}.txt").write_text(f"lorem ipsum dolor sit amet {i}\n" * 2000)
+        session = backend.open(SessionSpec(workspace=ws))
+        try:
+            for i in range(n + 1):
+                _bwrap_pid, inside = session_tree(session)
+                before = process_cpu_ms(inside[0])
+                start = time.perf_counter()
+                result = execute_tool(
+                    session, "grep", {"pattern": "no-such-text-[0-9]+"}, network_enabled=False
+                )
+                elapsed = (time.perf_counter() - start) * 1000
+                if not result.ok:
+                    raise RuntimeError(f"grep failed in the sandbox: {result.output}")
+                if i >= 1:  # the first one forks the file server
+                    supervisor_ms.append(process_cpu_ms(inside[0]) - before)
+                    wall_ms.append(elapsed)
+        finally:
+            session.close()
+    return supervisor_ms, wall_ms
+
+
 def idle_cpu(sessions: int, seconds: float) -> tuple[list[float], list[float]]:
     """Open `sessions` bwrap sessions with the egress bridge on, one read in each (so each
     holds a resident file server), then let them sit for `seconds`. Returns (per session: the
@@ -482,6 +514,17 @@ def cpu_rows(k: int, idle_sessions: int, idle_seconds: float) -> dict[str, Row]:
         rows[f"cpu_{key}"] = measure(name, part(key))
         if life == {} and rows[f"cpu_{key}"].error:
             break
+    slow: dict[str, tuple[list[float], list[float]]] = {}
+
+    def slow_part(which: int) -> list[float]:
+        if not slow:
+            slow["x"] = slow_file_call_cpu(20 // k)
+        return slow["x"][which]
+
+    rows["cpu_slow_call"] = measure(
+        "the supervisor while a slow file call runs (grep)", lambda: slow_part(0)
+    )
+    rows["cpu_slow_call_wall"] = measure("  that call's wall time (not CPU)", lambda: slow_part(1))
     idle: dict[str, tuple[list[float], list[float]]] = {}
 
     def idle_part(which: int) -> list[float]:
@@ -573,6 +616,13 @@ def main() -> int:
         [
             ("lifecycle / plain `python3 -I -S -c pass`", "cpu_total", "cpu_python", "<=", 3.0),
             ("lifecycle / raw bwrap", "cpu_total", "cpu_raw_bwrap", "<=", 5.0),
+            (
+                "supervisor during a slow file call / its wall time",
+                "cpu_slow_call",
+                "cpu_slow_call_wall",
+                "<=",
+                0.05,
+            ),
             (
                 "idle session for 1 s / `python3 -I -S -c pass`",
                 "cpu_idle",
