@@ -614,8 +614,8 @@ def main() -> int:
     print_ratios(
         cpu,
         [
-            ("lifecycle / plain `python3 -I -S -c pass`", "cpu_total", "cpu_python", "<=", 3.0),
-            ("lifecycle / raw bwrap", "cpu_total", "cpu_raw_bwrap", "<=", 5.0),
+            ("lifecycle / plain `python3 -I -S -c pass`", "cpu_total", "cpu_python", "", None),
+            ("lifecycle / raw bwrap", "cpu_total", "cpu_raw_bwrap", "", None),
             (
                 "supervisor during a slow file call / its wall time",
                 "cpu_slow_call",
