@@ -477,7 +477,7 @@ def print_ratios(
             continue
         value = a / b
         if target is None:
-            print(f"{label:<{rwidth}}  {value:7.2f}  {'':>7}")
+            print(f"{label:<{rwidth}}  {value:7.2f}")
             continue
         met = value <= target if op == "<=" else value >= target
         print(f"{label:<{rwidth}}  {value:7.2f}  {op}{target:<5}  {'met' if met else 'NOT met'}")
