@@ -1,6 +1,7 @@
 """The run loop's frequent fenced writes, each in one statement on PostgreSQL.
 
-An iteration writes three times: the model's reply, the intent of its tool call, the call's
+A slice starts with its claim (and, for a new run, the start); then each iteration writes three
+times: the model's reply, the intent of its tool call, the call's
 result. Each write must first prove the slice's lease (`runs.lease.lease_fence`) and then change
 one or two rows. Through the ORM that is BEGIN, the fencing UPDATE, the writes and COMMIT, and
 most of its cost is Python building SQL. On PostgreSQL the functions here send the fencing UPDATE
@@ -20,8 +21,16 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Field
 from django.utils import timezone
 
-from runs.lease import Lease, lease_fence, lease_release, lease_ttl, stale_lease
-from runs.models import Attempt, MotorRun, Step, StepState
+from runs.lease import (
+    Lease,
+    lease_claim_run,
+    lease_fence,
+    lease_release,
+    lease_take_over_from_dead,
+    lease_ttl,
+    stale_lease,
+)
+from runs.models import Attempt, MotorRun, RunEvent, RunStatus, Step, StepState
 
 
 def _single_statement(choice: bool | None) -> bool:
@@ -201,3 +210,180 @@ def _apply_result(
     step.duration_ms = duration_ms
     step.completed_at = completed_at
     attempt.messages = [*attempt.messages, tool_message]
+
+
+def ledger_claim(
+    *, run_id: str, owner: str, expected_token: int | None, actor: str
+) -> tuple[Lease, MotorRun, Attempt] | None:
+    """Claim the run for a slice (see `runs.lease.lease_claim_run`, counting the slice) and, when
+    it is still `created`, start it (running, started_at, its audit row); return the lease, the
+    run and its current attempt as they now are. None when it is not this caller's turn.
+
+    On PostgreSQL all of it is one statement; elsewhere one ORM transaction.
+    """
+    if not _single_statement(None):
+        return _claim_orm(run_id=run_id, owner=owner, expected_token=expected_token, actor=actor)
+    connection = connections[DEFAULT_DB_ALIAS]
+    run_fields = MotorRun._meta.concrete_fields
+    attempt_fields = Attempt._meta.concrete_fields
+    runs, attempts = _quote(MotorRun._meta.db_table), _quote(Attempt._meta.db_table)
+    events = _quote(RunEvent._meta.db_table)
+    free = (
+        "(r.lease_expires_at IS NULL OR r.lease_expires_at < STATEMENT_TIMESTAMP() "
+        "OR r.lease_owner = %s)"
+    )
+    params: list[Any] = []
+    if expected_token is None:
+        claimable = free
+        params += [owner]
+    else:
+        claimable = (
+            f"((r.lease_token = %s AND {free}) OR "
+            "(r.lease_token = %s AND r.lease_expires_at < STATEMENT_TIMESTAMP()))"
+        )
+        params += [expected_token, owner, expected_token + 1]
+    now = timezone.now()
+    created, running = RunStatus.CREATED.value, RunStatus.RUNNING.value
+    sql = (
+        f"WITH target AS (SELECT r.id, r.status AS was FROM {runs} r "  # noqa: S608 - quoted names
+        f"WHERE r.id = %s AND {claimable} FOR UPDATE), "
+        f"claimed AS (UPDATE {runs} r SET lease_token = r.lease_token + 1, lease_owner = %s, "
+        "lease_expires_at = STATEMENT_TIMESTAMP() + %s, "
+        "redelivery_count = CASE WHEN r.status IN (%s, %s) THEN r.redelivery_count + 1 "
+        "ELSE r.redelivery_count END, "
+        "status = CASE WHEN r.status = %s THEN %s ELSE r.status END, "
+        "started_at = CASE WHEN r.status = %s THEN %s ELSE r.started_at END, "
+        "updated_at = CASE WHEN r.status = %s THEN %s ELSE r.updated_at END "
+        f"FROM target WHERE r.id = target.id RETURNING r.*, target.was), "
+        f"event AS (INSERT INTO {events} (run_id, from_status, to_status, actor, detail, "
+        "created_at) SELECT id, %s, %s, %s, %s, %s FROM claimed WHERE was = %s) "
+        "SELECT "
+        + ", ".join(f"c.{_quote(f.column)}" for f in run_fields)
+        + ", "
+        + ", ".join(f"a.{_quote(f.column)}" for f in attempt_fields)
+        + f" FROM claimed c JOIN {attempts} a ON a.run_id = c.id "
+        "AND a.index = c.current_attempt_index"
+    )
+    params = [
+        run_id,
+        *params,
+        owner,
+        lease_ttl(),
+        created,
+        running,
+        created,
+        running,
+        created,
+        now,
+        created,
+        now,
+        created,
+        running,
+        actor,
+        _prep(RunEvent, "detail", {}),
+        now,
+        created,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    run = _hydrate(MotorRun, run_fields, row[: len(run_fields)])
+    attempt = _hydrate(Attempt, attempt_fields, row[len(run_fields) :])
+    return Lease(run_id=run_id, token=run.lease_token, owner=owner), run, attempt
+
+
+def _hydrate(model: type[Any], fields: Any, values: Any) -> Any:
+    """A model instance from one row of its concrete columns, as the ORM would load it."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    converted = [
+        field.from_db_value(value, None, connection)
+        if value is not None and hasattr(field, "from_db_value")
+        else value
+        for field, value in zip(fields, values, strict=True)
+    ]
+    return model.from_db(DEFAULT_DB_ALIAS, [field.attname for field in fields], converted)
+
+
+def _claim_orm(
+    *, run_id: str, owner: str, expected_token: int | None, actor: str
+) -> tuple[Lease, MotorRun, Attempt] | None:
+    with transaction.atomic():
+        claimed = lease_claim_run(
+            run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
+        )
+        if claimed is None:
+            return None
+        lease, run = claimed
+        if run.status == RunStatus.CREATED:
+            _start(run, actor=actor)
+        attempt = Attempt.objects.get(run_id=run_id, index=run.current_attempt_index)
+    return lease, run, attempt
+
+
+def ledger_take_over(
+    *, run_id: str, owner: str, expected_token: int | None, actor: str
+) -> tuple[Lease, MotorRun, Attempt] | None:
+    """Claim a run whose live lease belongs to a dead local process (see
+    `runs.lease.lease_take_over_from_dead`), starting it when still `created`, like
+    `ledger_claim`. None when its holder is alive or elsewhere."""
+    with transaction.atomic():
+        claimed = lease_take_over_from_dead(
+            run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
+        )
+        if claimed is None:
+            return None
+        lease, run = claimed
+        if run.status == RunStatus.CREATED:
+            _start(run, actor=actor)
+        attempt = Attempt.objects.get(run_id=run_id, index=run.current_attempt_index)
+    return lease, run, attempt
+
+
+def _start(run: MotorRun, *, actor: str) -> None:
+    """created → running, with its audit row. Inside the claim's transaction."""
+    run.start(at=timezone.now())
+    run.save(update_fields=["status", "started_at", "updated_at"])
+    RunEvent.objects.create(
+        run=run, from_status=RunStatus.CREATED, to_status=run.status, actor=actor, detail={}
+    )
+
+
+def ledger_insert(*objects: Any) -> None:
+    """Insert unsaved model instances whose primary keys are set or generated, all or none.
+
+    Outside a transaction on PostgreSQL one statement (a data-modifying CTE per row), whose
+    foreign keys are checked when it ends; otherwise the ORM's inserts in one transaction (or
+    savepoint), whose foreign keys are checked when the outermost transaction commits.
+    """
+    connection = connections[DEFAULT_DB_ALIAS]
+    if not _single_statement(None) or connection.in_atomic_block:
+        # Inside a transaction a savepoint keeps a refused insert from aborting it.
+        with transaction.atomic():
+            for obj in objects:
+                obj.save(force_insert=True)
+        return
+    parts: list[str] = []
+    params: list[Any] = []
+    for obj in objects:
+        fields = [
+            field
+            for field in obj._meta.concrete_fields
+            if not (field.primary_key and getattr(obj, field.attname) is None)
+        ]
+        columns = ", ".join(_quote(field.column) for field in fields)
+        values = ", ".join("%s" for _ in fields)
+        table = _quote(obj._meta.db_table)
+        parts.append(f"INSERT INTO {table} ({columns}) VALUES ({values})")  # noqa: S608
+        params += [
+            field.get_db_prep_save(field.pre_save(obj, True), connection) for field in fields
+        ]
+    *head, last = parts
+    ctes = ", ".join(f"i{index} AS ({part})" for index, part in enumerate(head))
+    sql = f"WITH {ctes} {last}" if ctes else last
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    for obj in objects:
+        obj._state.adding = False
+        obj._state.db = DEFAULT_DB_ALIAS

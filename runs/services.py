@@ -49,13 +49,18 @@ from runs.errors import (
 from runs.lease import (
     Lease,
     default_owner,
-    lease_claim_run,
     lease_fence,
     lease_release,
-    lease_take_over_from_dead,
     owner_is_dead,
 )
-from runs.ledger import ledger_add_intent, ledger_record_reply, ledger_record_result
+from runs.ledger import (
+    ledger_add_intent,
+    ledger_claim,
+    ledger_insert,
+    ledger_record_reply,
+    ledger_record_result,
+    ledger_take_over,
+)
 from runs.llm import LLMReply, ModelRole, llm_chat, llm_client
 from runs.models import (
     ACTIVE_STATUSES,
@@ -365,46 +370,52 @@ def run_start(
         if max_iterations > REVIEW_MAX_ITERATIONS:
             max_iterations = REVIEW_MAX_ITERATIONS
         max_attempts = 1
-    if not apps.get_model("cognition", "Agent").objects.filter(pk=agent_id).exists():
+    agents = apps.get_model("cognition", "Agent").objects
+    if transaction.get_connection().in_atomic_block and not agents.filter(pk=agent_id).exists():
+        # In a caller's transaction the agent's foreign key is only checked at its commit.
         raise InvalidRunParams(f"agent_id: no agent with id {agent_id}", field="agent_id")
-
     run_id = new_run_id()
     reserved = mutex_reserve(agent_id=agent_id, run_id=run_id)  # raises MotorBusy
     try:
-        with transaction.atomic():
-            run = MotorRun.objects.create(
-                id=run_id,
-                agent_id=agent_id,
-                task=task,
-                tools=granted,
-                allowed_domains=list(allowed_domains),
-                credential_names=list(dict.fromkeys(n.lower() for n in credential_names)),
-                workspace=workspace,
-                skill_id=skill_id,
-                skill_version_id=skill_version_id,
-                skill_instructions=skill_instructions,
-                max_iterations=max_iterations,
-                timeout_s=timeout_s,
-                approval_required=approval_required,
-                trigger=trigger,
-                parent_run_id=parent_run_id,
-                max_attempts=max_attempts,
-                review=review,
-                idle_since=timezone.now(),
-            )
-            Attempt.objects.create(
-                run=run,
-                index=0,
-                max_iterations=max_iterations,
-                messages=[{"role": "user", "content": task}],
-            )
-            _event(run, from_status="", actor=actor)
-            transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
-            transaction.on_commit(lambda: _enqueue_step(run_id, 0))
+        run = MotorRun(
+            id=run_id,
+            agent_id=agent_id,
+            task=task,
+            tools=granted,
+            allowed_domains=list(allowed_domains),
+            credential_names=list(dict.fromkeys(n.lower() for n in credential_names)),
+            workspace=workspace,
+            skill_id=skill_id,
+            skill_version_id=skill_version_id,
+            skill_instructions=skill_instructions,
+            max_iterations=max_iterations,
+            timeout_s=timeout_s,
+            approval_required=approval_required,
+            trigger=trigger,
+            parent_run_id=parent_run_id,
+            max_attempts=max_attempts,
+            review=review,
+            idle_since=timezone.now(),
+        )
+        attempt = Attempt(
+            run=run,
+            index=0,
+            max_iterations=max_iterations,
+            messages=[{"role": "user", "content": task}],
+        )
+        event = RunEvent(run=run, from_status="", to_status=run.status, actor=actor, detail={})
+        # one statement on PostgreSQL, whose foreign key checks that the agent exists
+        ledger_insert(run, attempt, event)
+        transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
+        transaction.on_commit(lambda: _enqueue_step(run_id, 0))
     except IntegrityError as exc:
         if reserved:
             mutex_release(agent_id=agent_id, run_id=run_id)
         if _ACTIVE_CONSTRAINT not in str(exc):
+            if not agents.filter(pk=agent_id).exists():
+                raise InvalidRunParams(
+                    f"agent_id: no agent with id {agent_id}", field="agent_id"
+                ) from None
             raise
         # The database is the authority: name the run it holds, and repair the fast path.
         active = (
@@ -448,28 +459,21 @@ def run_step(
     """
     owner = owner or default_owner()
     _close_sessions_of_finished_runs(current=run_id)
-    # The claim and, for a new run, its start commit together (one commit, not two).
-    with transaction.atomic():
-        claimed = lease_claim_run(
-            run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
-        ) or lease_take_over_from_dead(
-            run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
-        )
-        if claimed is not None and claimed[1].status == RunStatus.CREATED:
-            started = claimed[1]
-            started.start(at=timezone.now())
-            started.save(update_fields=["status", "started_at", "updated_at"])
-            _event(started, from_status=RunStatus.CREATED, actor=f"worker:{owner}")
+    # The claim, for a new run its start, and the reads of the run and its attempt: one write.
+    actor = f"worker:{owner}"
+    claimed = ledger_claim(
+        run_id=run_id, owner=owner, expected_token=expected_token, actor=actor
+    ) or ledger_take_over(run_id=run_id, owner=owner, expected_token=expected_token, actor=actor)
     if claimed is None:
         exists = MotorRun.objects.filter(pk=run_id).exists()
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
-    lease, run = claimed
+    lease, run, attempt = claimed
     outcome: SliceOutcome | None = None
     try:
         # one resolution per slice: the missing-credential check, the reply's redaction and each
         # tool call all need the same values
         resolve = _resolved_once(credentials or _resolve_credentials)
-        outcome = _run_slice(lease, run, owner=owner, client=client, credentials=resolve)
+        outcome = _run_slice(lease, run, attempt, owner=owner, client=client, credentials=resolve)
         return outcome
     finally:
         # The session stays warm while the run goes on (or waits for an answer); it ends with
@@ -507,12 +511,13 @@ def _close_sessions_of_finished_runs(*, current: str) -> None:
 def _run_slice(
     lease: Lease,
     run: MotorRun,
+    attempt: Attempt,
     *,
     owner: str,
     client: openai.OpenAI | None,
     credentials: Callable[[MotorRun], dict[str, str]] | None,
 ) -> SliceOutcome:
-    """One slice on the claimed `run` (the row as the claim returned it).
+    """One slice on the claimed `run` and its current `attempt` (as the claim returned them).
 
     The run and its attempt are read once; every later write goes through `lease_fence`, so the
     in-memory copies stay what the database holds: whoever else changes them (cancel, time-out,
@@ -521,12 +526,10 @@ def _run_slice(
     actor = f"worker:{owner}"
     run_id = run.id
     slot: SandboxSlot | None = None
-    attempt: Attempt | None = None
     try:
         if run.status != RunStatus.RUNNING:
             lease_release(lease)
             return SliceOutcome.NOT_RUNNABLE
-        attempt = Attempt.objects.get(run_id=run_id, index=run.current_attempt_index)
         limit = int(getattr(settings, "MOTOR_MAX_REDELIVERIES", 3))
         # The claim counted this slice; the count before it is how many slices never ended.
         unfinished = run.redelivery_count - 1
@@ -600,7 +603,7 @@ def _run_slice(
             return _fail_locked(
                 lease,
                 run,
-                attempt if attempt is not None else _current_attempt(run),
+                attempt,
                 category=FailureCategory.TOOL_FAILURE,
                 message=exc.message,
                 retryable=True,

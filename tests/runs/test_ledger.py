@@ -11,8 +11,14 @@ import pytest
 
 from runs.errors import LeaseLost
 from runs.lease import lease_claim
-from runs.ledger import ledger_add_intent, ledger_record_reply, ledger_record_result
-from runs.models import Attempt, MotorRun, Step, StepState
+from runs.ledger import (
+    _claim_orm,
+    ledger_add_intent,
+    ledger_claim,
+    ledger_record_reply,
+    ledger_record_result,
+)
+from runs.models import Attempt, MotorRun, RunEvent, Step, StepState
 from runs.services import run_start
 from tests.runs.helpers import snapshot
 
@@ -120,3 +126,57 @@ def test_a_stale_token_is_refused_and_nothing_changes(agent, single_statement):
     run = MotorRun.objects.get(pk=run_id)
     assert (run.lease_token, run.lease_owner) == (2, "w")
     assert run.lease_expires_at is not None
+
+
+def _claimed_rows(run_id: str) -> dict[str, Any]:
+    rows = snapshot(run_id)
+    run = rows["run"]
+    for key in ("id", "agent_id", "created_at", "started_at", "lease_expires_at", "idle_since"):
+        run.pop(key)
+    events = list(
+        RunEvent.objects.filter(run_id=run_id).values_list("from_status", "to_status", "actor")
+    )
+    return {"run": run, "attempts": [a["messages"] for a in rows["attempts"]], "events": events}
+
+
+def test_claiming_a_new_run_starts_it_in_the_same_write_in_both_forms(make_agent):
+    # given two new runs
+    one = run_start(agent_id=make_agent().pk, task="t", actor="t")["run_id"]
+    other = run_start(agent_id=make_agent().pk, task="t", actor="t")["run_id"]
+    # when each is claimed for its first message, once per form
+    single = ledger_claim(run_id=one, owner="w", expected_token=0, actor="worker:w")
+    orm = _claim_orm(run_id=other, owner="w", expected_token=0, actor="worker:w")
+    # then both are running under token 1 with one counted slice, their start audited once,
+    # and the returned rows are what the database holds
+    assert single is not None and orm is not None
+    for lease, run, attempt in (single, orm):
+        stored = MotorRun.objects.get(pk=run.pk)
+        assert (lease.token, run.status, run.lease_owner) == (1, "running", "w")
+        assert (stored.status, stored.started_at, stored.lease_token) == (
+            run.status,
+            run.started_at,
+            run.lease_token,
+        )
+        assert stored.redelivery_count == run.redelivery_count == 1
+        assert attempt == Attempt.objects.get(run=run) and attempt.messages == [
+            {"role": "user", "content": "t"}
+        ]
+    assert _claimed_rows(one) == _claimed_rows(other)
+    assert _claimed_rows(one)["events"] == [
+        ("", "created", "t"),
+        ("created", "running", "worker:w"),
+    ]
+
+
+@pytest.mark.parametrize("single_statement", [True, False])
+def test_a_claim_for_a_served_message_or_a_live_lease_changes_nothing(agent, single_statement):
+    claim = ledger_claim if single_statement else _claim_orm
+    # given a run whose first message was served (token 1, lease live for another owner)
+    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    assert claim(run_id=run_id, owner="a", expected_token=0, actor="worker:a") is not None
+    before = snapshot(run_id)
+    # when another owner claims for the same message, or with no message at all
+    assert claim(run_id=run_id, owner="b", expected_token=0, actor="worker:b") is None
+    assert claim(run_id=run_id, owner="b", expected_token=None, actor="worker:b") is None
+    # then nothing changed: no token, no audit row, no count
+    assert snapshot(run_id) == before

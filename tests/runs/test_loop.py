@@ -9,7 +9,16 @@ import pytest
 
 from runs.errors import InvalidRunParams
 from runs.llm import replay_client
-from runs.models import Attempt, AttemptStatus, MotorRun, RunStatus, Signal, Step, StepState
+from runs.models import (
+    Attempt,
+    AttemptStatus,
+    MotorRun,
+    RunEvent,
+    RunStatus,
+    Signal,
+    Step,
+    StepState,
+)
 from runs.services import SliceOutcome, run_respond, run_start, run_step
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.runs.helpers import drive
@@ -264,10 +273,26 @@ def test_invalid_start_params_are_refused_and_nothing_is_created(
 
 
 def test_start_for_an_unknown_agent_is_refused(db, test_redis):
+    # inside a transaction (the agent is looked up before anything is written)
     with pytest.raises(InvalidRunParams, match="agent_id: no agent with id 987654"):
         run_start(agent_id=987654, task="t", actor="test")
     assert MotorRun.objects.count() == 0
     assert list(test_redis.scan_iter(match="motor:mutex:*")) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_start_for_an_unknown_agent_is_refused_outside_a_transaction_too(test_redis):
+    # in autocommit (the one-statement insert, which the agent's foreign key refuses)
+    with pytest.raises(InvalidRunParams, match="agent_id: no agent with id 987654"):
+        run_start(agent_id=987654, task="t", actor="test")
+    assert (MotorRun.objects.count(), Attempt.objects.count(), RunEvent.objects.count()) == (
+        0,
+        0,
+        0,
+    )
+    assert list(test_redis.scan_iter(match="motor:mutex:*")) == []
+    queued = [json.loads(raw)["headers"]["task"] for raw in test_redis.lrange("celery", 0, -1)]
+    assert "runs.run_step" not in queued
 
 
 def test_messages_and_steps_are_json_with_placeholders_only(agent, scripted_llm, settings):
