@@ -373,6 +373,20 @@ def lifecycle_cpu(n: int, reads: int = 10) -> LifecycleCpu:
     return out
 
 
+def lifecycle_from_a_big_process(megabytes: int, n: int) -> LifecycleCpu:
+    """`lifecycle_cpu` while this process holds `megabytes` more of touched memory and a few
+    hundred thousand more objects, as a worker does: opening a session forks the opener."""
+    ballast = [bytearray(1024 * 1024) for _ in range(megabytes)]
+    for block in ballast:
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+    objects = [{"n": i} for i in range(megabytes * 1000)]
+    try:
+        return lifecycle_cpu(n)
+    finally:
+        del ballast, objects
+
+
 def slow_file_call_cpu(n: int) -> tuple[list[float], list[float]]:
     """A file call that takes tens of milliseconds (a grep without a match through 300 files of
     60 KB). Returns (the supervisor's CPU during each call, [each call's wall time]), in ms:
@@ -465,6 +479,7 @@ def print_ratios(
 ) -> None:
     """Ratios of medians; a target of None prints the value without a verdict."""
     print()
+    ratios = [r for r in ratios if r[1] in rows and r[2] in rows]
     rwidth = max(len(r[0]) for r in ratios)
     print(f"{'ratio (medians)':<{rwidth}}  {'value':>7}  {'target':>7}  verdict")
     print(f"{'-' * rwidth}  {'-' * 7}  {'-' * 7}  {'-' * 7}")
@@ -483,7 +498,7 @@ def print_ratios(
         print(f"{label:<{rwidth}}  {value:7.2f}  {op}{target:<5}  {'met' if met else 'NOT met'}")
 
 
-def cpu_rows(k: int, idle_sessions: int, idle_seconds: float) -> dict[str, Row]:
+def cpu_rows(k: int, idle_sessions: int, idle_seconds: float, fat_mb: int) -> dict[str, Row]:
     rows: dict[str, Row] = {}
     python = ["/usr/bin/python3", "-I", "-S", "-c", "pass"]
     rows["cpu_python"] = measure(
@@ -514,6 +529,19 @@ def cpu_rows(k: int, idle_sessions: int, idle_seconds: float) -> dict[str, Row]:
         rows[f"cpu_{key}"] = measure(name, part(key))
         if life == {} and rows[f"cpu_{key}"].error:
             break
+    fat: dict[str, LifecycleCpu] = {}
+
+    def fat_part(name: str) -> list[float]:
+        if not fat:
+            fat["x"] = lifecycle_from_a_big_process(fat_mb, 10 // k or 3)
+        return list(getattr(fat["x"], name))
+
+    if fat_mb:
+        rows["cpu_fat_total"] = measure(
+            f"the lifecycle opened by a process of {fat_mb} MB more",
+            lambda: fat_part("total"),
+        )
+        rows["cpu_fat_host"] = measure("  the host side of it", lambda: fat_part("host"))
     slow: dict[str, tuple[list[float], list[float]]] = {}
 
     def slow_part(which: int) -> list[float]:
@@ -548,6 +576,9 @@ def main() -> int:
     parser.add_argument("--cpu-only", action="store_true", help="only the CPU measurements")
     parser.add_argument("--idle-sessions", type=int, default=20, help="sessions left idle")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="how long they idle")
+    parser.add_argument(
+        "--fat-mb", type=int, default=300, help="memory of the big opener (0: skip that row)"
+    )
     args = parser.parse_args()
     k = 4 if args.quick else 1
     print("bench/sandbox.py: measuring (this takes a minute or two)", file=sys.stderr)
@@ -589,7 +620,7 @@ def main() -> int:
         if not tls and rows["tls_proxied"].error:
             rows["tls_direct"].error = rows["tls_proxied"].error
 
-    cpu = cpu_rows(k, args.idle_sessions, args.idle_seconds)
+    cpu = cpu_rows(k, args.idle_sessions, args.idle_seconds, args.fat_mb)
 
     if rows:
         print_rows(rows)
@@ -616,6 +647,13 @@ def main() -> int:
         [
             ("lifecycle / plain `python3 -I -S -c pass`", "cpu_total", "cpu_python", "", None),
             ("lifecycle / raw bwrap", "cpu_total", "cpu_raw_bwrap", "", None),
+            (
+                "lifecycle opened by a big process / by this one",
+                "cpu_fat_total",
+                "cpu_total",
+                "",
+                None,
+            ),
             (
                 "supervisor during a slow file call / its wall time",
                 "cpu_slow_call",
