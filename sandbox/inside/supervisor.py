@@ -82,34 +82,37 @@ an allocation failure under the RLIMIT_AS cap.
 
 from __future__ import annotations
 
-import array
+import _thread
 import binascii
 import errno
 import fcntl
 import gc
-import json
 import marshal
 import os
 import resource
 import select
-import selectors
-import signal
 import struct
 import sys
 import termios
-import threading
 import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing would add to every sandbox start
     import subprocess
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from types import ModuleType
     from typing import Any, BinaryIO
 
-# `subprocess` (about 3 ms of a start: it brings contextlib, locale, warnings, ...) is imported
-# when the first command starts (`Runner._start`): a session that only reads and writes files
-# through the file server never needs it.
+# Every start of a sandbox pays for what this module imports, so it imports modules written in
+# C and little else (8 ms of imports before, 2.3 ms now): `json`, `threading`, `signal`,
+# `selectors` and `array` would bring `re`, `enum`, `functools` and `collections` along. JSON is
+# read and written with `_json`, the C half of `json` (see `json_loads`), threads are started
+# with `_thread`, and the call loops wait with `select.epoll` (`_Poller`). `subprocess`, which
+# brings all of them, is imported when the first command starts (`Runner._start`): a session
+# that only reads and writes files through the file server never needs it.
+
+#: SIGKILL on Linux (signal.SIGKILL; importing signal would bring enum)
+SIGKILL = 9
 
 #: the biggest frame either side accepts (64 MiB)
 MAX_FRAME_BYTES = 64 * 1024 * 1024
@@ -131,11 +134,96 @@ class ProtocolError(Exception):
     """A frame or request that does not follow the protocol."""
 
 
+# ---------------------------------------------------------------------------- JSON
+
+
+class _DecodeContext:
+    """What `_json.make_scanner` reads from a JSONDecoder: json.loads's defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {
+        "-Infinity": float("-inf"),
+        "Infinity": float("inf"),
+        "NaN": float("nan"),
+    }.__getitem__
+
+
+def _not_serializable(obj: object) -> Any:
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+try:
+    import _json
+
+    # it reads the attributes of a JSONDecoder from whatever it is given
+    _context: Any = _DecodeContext
+    _scan_once: Callable[[str, int], tuple[Any, int]] | None = _json.make_scanner(_context)
+except (ImportError, AttributeError):  # an interpreter without json's C half
+    _scan_once = None
+#: what JSON counts as white space around a value
+_JSON_SPACE = " \t\n\r"
+
+
+def json_loads(data: bytes | str) -> Any:
+    """json.loads(data) for UTF-8 `data`: the same parser (json's C scanner), without
+    importing json."""
+    if _scan_once is None:
+        import json
+
+        return json.loads(data)
+    text = data.decode("utf-8", "surrogatepass") if isinstance(data, bytes) else data
+    start = len(text) - len(text.lstrip(_JSON_SPACE))
+    try:
+        value, end = _scan_once(text, start)
+    except StopIteration as exc:
+        from json.decoder import JSONDecodeError  # json.loads's errors, word for word
+
+        raise JSONDecodeError("Expecting value", text, exc.value) from None
+    rest = text[end:]
+    if rest.strip(_JSON_SPACE):
+        from json.decoder import JSONDecodeError
+
+        raise JSONDecodeError("Extra data", text, end + len(rest) - len(rest.lstrip(_JSON_SPACE)))
+    return value
+
+
+def json_dumps(obj: object, *, compact: bool = True) -> str:
+    """json.dumps(obj, separators=(",", ":")), or json.dumps(obj) when not `compact`: the same
+    encoder (json's C encoder), without importing json."""
+    item_separator, key_separator = (",", ":") if compact else (", ", ": ")
+    if _scan_once is None:
+        import json
+
+        return json.dumps(obj, separators=(item_separator, key_separator))
+    # (markers, default, encoder, indent, key and item separators, sort_keys, skipkeys, allow_nan)
+    encode = _json.make_encoder(
+        {},
+        _not_serializable,
+        _json.encode_basestring_ascii,
+        None,
+        key_separator,
+        item_separator,
+        False,
+        False,
+        True,
+    )
+    return "".join(encode(obj, 0))
+
+
+def _json_dumps_spaced(obj: object) -> str:
+    """json.dumps(obj) with its default separators (what tools.py prints when run alone)."""
+    return json_dumps(obj, compact=False)
+
+
 # ---------------------------------------------------------------------------- framing
 
 
 def encode_frame(message: Mapping[str, Any]) -> bytes:
-    body = json.dumps(message, separators=(",", ":")).encode()
+    body = json_dumps(message).encode()
     if len(body) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME_BYTES} bytes")
     return _HEADER.pack(len(body)) + body
@@ -167,7 +255,7 @@ def read_frame(stream: BinaryIO) -> dict[str, Any] | None:
     if body is None:
         raise ProtocolError("stream ended inside a frame")
     try:
-        message = json.loads(body)
+        message = json_loads(body)
     except ValueError as exc:
         raise ProtocolError(f"frame is not JSON: {exc}") from exc
     if not isinstance(message, dict):
@@ -450,17 +538,15 @@ class _Spawner:
 
     def __init__(self) -> None:
         command_filter = _load_sibling("seccomp").prepare()
-        self._go = threading.Lock()
+        self._go = _thread.allocate_lock()
         self._go.acquire()
-        self._done = threading.Lock()
+        self._done = _thread.allocate_lock()
         self._done.acquire()
         self._job: Any = None
         self._value: Any = None
         self._error: BaseException | None = None
-        thread = threading.Thread(
-            target=self._loop, args=(command_filter,), name="spawner", daemon=True
-        )
-        thread.start()
+        # a bare thread (threading.Thread less its bookkeeping): it lives as long as the process
+        _thread.start_new_thread(self._loop, (command_filter,))
         self._done.acquire()
         if self._error is not None:
             raise RuntimeError(f"the command filter could not be installed: {self._error}")
@@ -511,6 +597,49 @@ _AS_HEADROOM = 32 * 1024 * 1024
 def _own_address_space() -> int:
     with open("/proc/self/statm", "rb") as fh:
         return int(fh.read().split()[0]) * resource.getpagesize()
+
+
+_READ = select.EPOLLIN
+_WRITE = select.EPOLLOUT
+
+
+class _Key:
+    __slots__ = ("fd", "data")
+
+    def __init__(self, fd: int, data: str) -> None:
+        self.fd = fd
+        self.data = data
+
+
+class _Poller:
+    """What the call loops use of selectors.EpollSelector (the default selector on Linux), on
+    select.epoll directly: importing selectors would bring collections along."""
+
+    def __init__(self) -> None:
+        self._epoll = select.epoll()
+        self._keys: dict[int, _Key] = {}
+
+    def register(self, fd: int, events: int, data: str) -> None:
+        self._epoll.register(fd, events)
+        self._keys[fd] = _Key(fd, data)
+
+    def unregister(self, fd: int) -> None:
+        del self._keys[fd]
+        self._epoll.unregister(fd)
+
+    def select(self, timeout: float) -> list[tuple[_Key, int]]:
+        """The registered descriptors with an event (hang-ups and errors included), waiting at
+        most `timeout` seconds, rounded up to a millisecond as selectors does (a shorter wait
+        would return at once and make the caller poll)."""
+        timeout = 0.0 if timeout <= 0 else -(-timeout * 1e3 // 1) * 1e-3
+        try:
+            events = self._epoll.poll(timeout, max(len(self._keys), 1))
+        except InterruptedError:
+            return []
+        return [(self._keys[fd], event) for fd, event in events if fd in self._keys]
+
+    def close(self) -> None:
+        self._epoll.close()
 
 
 def workspace_usage(root: str, *, max_entries: int = MAX_WORKSPACE_ENTRIES) -> tuple[int, int]:
@@ -623,7 +752,7 @@ def _sweep(keep: int | None) -> tuple[bool, bool]:
             # kill(-1) reaches every process we may signal but ourselves and init; it is the only
             # way to catch a fork bomb that keeps spawning while we walk /proc.
             try:
-                os.kill(-1, signal.SIGKILL)
+                os.kill(-1, SIGKILL)
             except ProcessLookupError:
                 # nothing at all was left to signal (the common case; an unreaped zombie would
                 # count): neither a /proc walk nor reaping is needed
@@ -636,7 +765,7 @@ def _sweep(keep: int | None) -> tuple[bool, bool]:
             return True, False
         for pid in leftovers:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, SIGKILL)
             except OSError:
                 pass
         if time.monotonic() > deadline:
@@ -718,7 +847,7 @@ class _FileServer:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:
-                self.returncode = -signal.SIGKILL
+                self.returncode = -SIGKILL
                 return self.returncode
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
@@ -737,14 +866,14 @@ class _FileServer:
         """Kill and reap it, close its pipes; returns its exit status (as Popen does)."""
         if self.poll() is None:
             try:
-                os.kill(self.pid, signal.SIGKILL)
+                os.kill(self.pid, SIGKILL)
             except OSError:
                 pass
             while self.returncode is None:
                 try:
                     pid, status = os.waitpid(self.pid, 0)
                 except ChildProcessError:
-                    self.returncode = -signal.SIGKILL
+                    self.returncode = -SIGKILL
                     break
                 if pid:
                     self.returncode = os.waitstatus_to_exitcode(status)
@@ -756,7 +885,7 @@ class _FileServer:
                 except OSError:
                     pass
         self.requests = self.answers = self.errors = -1
-        return self.returncode if self.returncode is not None else -signal.SIGKILL
+        return self.returncode if self.returncode is not None else -SIGKILL
 
     def _read_errors(self) -> bytes:
         """What it wrote to stderr (read once it is gone), at most about 64 KiB."""
@@ -796,7 +925,7 @@ def _file_server_main(setup: _ChildSetup, tools: ModuleType) -> int:
         os.environ.clear()
         os.environ.update(env)
         vars(tools)["WORKSPACE"] = env.get("MOTOR_WORKSPACE", "/workspace")
-        answer = tools.respond(op, request).encode()
+        answer = tools.respond(op, request, loads=json_loads, dumps=_json_dumps_spaced).encode()
         _write_all(1, _HEADER.pack(len(answer)) + answer)
 
 
@@ -1035,6 +1164,10 @@ class Runner:
             self.stop_file_server()
             server = None
         if server is None:
+            if op in ("glob", "grep"):
+                # their patterns need `re`: imported here once, every later file server (a new
+                # one follows each command) inherits it instead of importing it again
+                import re  # noqa: F401
             try:
                 server = self._file_server = self._start_file_server(targets)
             except OSError:
@@ -1072,10 +1205,10 @@ class Runner:
         scanning = check_quota and bool(self.config.workspace_bytes)
         next_scan = started + scan_interval if scanning else float("inf")
         buf = bytearray()
-        sel = selectors.DefaultSelector()
-        sel.register(server.answers, selectors.EVENT_READ, "answer")
+        sel = _Poller()
+        sel.register(server.answers, _READ, "answer")
         if self._host_fd is not None:
-            sel.register(self._host_fd, selectors.EVENT_READ, "host")
+            sel.register(self._host_fd, _READ, "host")
         timed_out = quota_hit = truncated = False
         answer: bytes | None = None
         try:
@@ -1139,7 +1272,7 @@ class Runner:
         if timed_out or quota_hit or truncated:
             return _result(
                 exit_code=None,
-                sig=signal.SIGKILL,
+                sig=SIGKILL,
                 stdout=answer or b"",
                 stderr=err,
                 duration_ms=duration_ms,
@@ -1148,7 +1281,7 @@ class Runner:
                 workspace_exceeded=quota_hit,
             )
         sig = -returncode if returncode < 0 else None
-        oom = (sig == signal.SIGKILL and not killed_by_us) or any(m in err for m in _OOM_MARKERS)
+        oom = (sig == SIGKILL and not killed_by_us) or any(m in err for m in _OOM_MARKERS)
         return _result(
             exit_code=returncode if returncode >= 0 else None,
             sig=sig,
@@ -1208,25 +1341,25 @@ class Runner:
         timed_out = False
         quota_hit = False
         killed_by_us = False
-        sel = selectors.DefaultSelector()
+        sel = _Poller()
         for stream in (proc.stdout, proc.stderr):
             os.set_blocking(stream.fileno(), False)
-            sel.register(stream.fileno(), selectors.EVENT_READ, "out")
+            sel.register(stream.fileno(), _READ, "out")
         stdin_fd = proc.stdin.fileno()
         stdin_data = memoryview(spec.stdin)
         if stdin_data:
             os.set_blocking(stdin_fd, False)
-            sel.register(stdin_fd, selectors.EVENT_WRITE, "in")
+            sel.register(stdin_fd, _WRITE, "in")
         else:
             proc.stdin.close()
         pidfd: int | None = None
         try:
             pidfd = os.pidfd_open(proc.pid)
-            sel.register(pidfd, selectors.EVENT_READ, "exit")
+            sel.register(pidfd, _READ, "exit")
         except (AttributeError, OSError):
             pidfd = None
         if self._host_fd is not None:
-            sel.register(self._host_fd, selectors.EVENT_READ, "host")
+            sel.register(self._host_fd, _READ, "host")
         deadline = started + spec.timeout_s
         scan_interval = 0.05
         # no quota, no scans: nothing is due before the deadline (see `_await_answer`)
@@ -1237,7 +1370,7 @@ class Runner:
 
         def kill_all() -> None:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(proc.pid, SIGKILL)
             except OSError:
                 pass
             if self.config.sweep:
@@ -1274,7 +1407,7 @@ class Runner:
                     _clean, nothing_left = _sweep(keep=proc.pid)
                 else:
                     try:
-                        os.killpg(proc.pid, signal.SIGKILL)
+                        os.killpg(proc.pid, SIGKILL)
                     except OSError:
                         pass
                 continue
@@ -1336,7 +1469,7 @@ class Runner:
         sig = -returncode if returncode < 0 else None
         out = bytes(buffers[out_fd])
         err = bytes(buffers[err_fd])
-        oom = (sig == signal.SIGKILL and not killed_by_us) or any(m in err for m in _OOM_MARKERS)
+        oom = (sig == SIGKILL and not killed_by_us) or any(m in err for m in _OOM_MARKERS)
         return _result(
             exit_code=exit_code,
             sig=sig,
@@ -1356,6 +1489,8 @@ class Runner:
 def _start_bridge(bridge: Mapping[str, Any]) -> None:
     """Start the egress bridge in a daemon thread and wait until it listens. (No probe
     connection: it would reach the host proxy and show up as a bogus connection report.)"""
+    import threading  # the bridge imports it too
+
     module = _load_sibling("bridge")
     host = str(bridge.get("listen_host", "127.0.0.1"))
     port = int(bridge.get("listen_port", 3128))
@@ -1389,9 +1524,9 @@ def _host_still_there(fd: int) -> bool:
         if not ready:
             return True
         # a pipe cannot be peeked; FIONREAD says how many bytes wait (0 with readable = EOF)
-        waiting = array.array("i", [0])
+        waiting = bytearray(4)  # a C int
         fcntl.ioctl(fd, termios.FIONREAD, waiting, True)
-        return waiting[0] > 0
+        return int.from_bytes(waiting, sys.byteorder, signed=True) > 0
     except OSError:
         return False
 
@@ -1458,7 +1593,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
 
 def run_one(raw: bytes, stdout: BinaryIO) -> int:
     try:
-        request = json.loads(raw)
+        request = json_loads(raw)
         if not isinstance(request, dict) or not isinstance(request.get("exec"), dict):
             raise ProtocolError('the request must be {"config": {...}, "exec": {...}}')
         config = parse_config(request.get("config"))
@@ -1466,7 +1601,7 @@ def run_one(raw: bytes, stdout: BinaryIO) -> int:
         spec = parse_exec(request["exec"], config)
     except (ValueError, ProtocolError) as exc:
         stdout.write(
-            json.dumps({"op": "error", "code": "invalid_args", "message": str(exc)}).encode()
+            json_dumps({"op": "error", "code": "invalid_args", "message": str(exc)}).encode()
             + b"\n"
         )
         stdout.flush()
@@ -1477,7 +1612,7 @@ def run_one(raw: bytes, stdout: BinaryIO) -> int:
         result = runner.run(spec)
     except Exception as exc:  # noqa: BLE001 - reported as a result, never run unconfined
         result = _result(error=("sandbox_error", f"supervisor failed: {exc}"))
-    stdout.write(json.dumps(result, separators=(",", ":")).encode() + b"\n")
+    stdout.write(json_dumps(result).encode() + b"\n")
     stdout.flush()
     return 0
 
