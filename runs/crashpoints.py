@@ -6,7 +6,8 @@ the process reaches `boundary` it creates the marker file and kills itself with 
 as an OOM killer or a lost host would; once the marker exists the point is inert, so the
 redelivered slice gets through. The boundaries are those the durability rules name:
 
-* ``before_step``      – the model's reply is recorded, the Step row is not written yet
+* ``before_step``      – the model answered; the Step row is not written yet (nor the reply,
+  when the call's intent is written with it, which is the case for any call that runs at once)
 * ``after_intent``     – the Step row (intent) is committed, the call has not started
 * ``after_execution``  – the call finished, its result is not recorded yet
 * ``after_commit``     – the result is committed, the slice has not finished

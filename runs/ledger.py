@@ -50,10 +50,19 @@ def _prep(model: type[Any], name: str, value: Any) -> Any:
 
 
 @cache
-def _fence_sql(release: bool) -> str:
+def _fence_sql(release: bool, durable: bool = True) -> str:
     """The fencing UPDATE as a CTE named `fence`: renews the lease, or with `release` frees it
     (the slice ends with this write). Either way the unfinished-slice count is reset: the write
-    is progress. Parameters: ttl (renew only), run id, token."""
+    is progress. Parameters: ttl (renew only), run id, token.
+
+    Not `durable`: the statement's commit does not wait for its WAL flush (synchronous_commit
+    off for this one transaction). Only for writes a database crash may lose: a crash loses at
+    most the unflushed tail, and every later durable commit flushes it too. So the reply and
+    the result writes may be lost together with whatever followed them, which looks exactly
+    like a worker that died before writing them (the model is asked again; a call whose result
+    is lost is reported as interrupted, never run again). An intent is always durable before
+    its call starts.
+    """
     run = _quote(MotorRun._meta.db_table)
     if release:
         sets = (
@@ -62,8 +71,9 @@ def _fence_sql(release: bool) -> str:
         )
     else:
         sets = f"{_quote('lease_expires_at')} = STATEMENT_TIMESTAMP() + %s"
+    unflushed = "" if durable else "FROM (SELECT set_config('synchronous_commit', 'off', true)) u "
     return (
-        f"WITH fence AS (UPDATE {run} SET {sets}, {_quote('redelivery_count')} = 0 "  # noqa: S608 - quoted model names; values are parameters
+        f"WITH fence AS (UPDATE {run} SET {sets}, {_quote('redelivery_count')} = 0 {unflushed}"  # noqa: S608 - quoted model names; values are parameters
         f"WHERE {_quote('id')} = %s AND {_quote('lease_token')} = %s RETURNING 1)"
     )
 
@@ -74,25 +84,41 @@ def _fence_params(lease: Lease, release: bool) -> list[Any]:
 
 
 def _execute(sql: str, params: list[Any]) -> tuple[int, Any]:
-    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
-        cursor.execute(sql, params)
+    """Run one of these statements on PostgreSQL; (rows affected, first returned row or None).
+
+    Through psycopg's own cursor with server-side parameters, prepared once per connection
+    (pooled connections keep them): these few statements run several times per iteration, and
+    planning them and quoting their JSON into the SQL text would cost more than running them.
+    Errors are Django's (IntegrityError, ...), as from any ORM query.
+    """
+    connection = connections[DEFAULT_DB_ALIAS]
+    connection.ensure_connection()
+    with connection.wrap_database_errors, connection.connection.cursor() as cursor:
+        cursor.execute(sql, params, prepare=True)
         row = cursor.fetchone() if cursor.description else None
         return cursor.rowcount, row
 
 
 def ledger_record_reply(
-    lease: Lease, attempt: Attempt, message: dict[str, Any], *, single_statement: bool | None = None
+    lease: Lease,
+    attempt: Attempt,
+    message: dict[str, Any],
+    *,
+    intent: Step | None = None,
+    single_statement: bool | None = None,
 ) -> None:
-    """Append the model's reply to the attempt's messages and count the iteration.
+    """Append the model's reply to the attempt's messages and count the iteration; with
+    `intent` (unsaved, for the new iteration), also insert that call's Step row in the same
+    write, durably, so the call may start once this returns.
 
-    `attempt` is updated in memory only once the write succeeded.
+    `attempt` (and `intent`'s primary key) are updated in memory once the write succeeded.
     """
     iteration = attempt.iteration + 1
     if _single_statement(single_statement):
         table = _quote(Attempt._meta.db_table)
         messages = _quote("messages")
-        sql = (
-            f"{_fence_sql(False)} UPDATE {table} SET {messages} = {messages} || %s, "  # noqa: S608 - quoted model names; values are parameters
+        update = (
+            f"UPDATE {table} SET {messages} = {messages} || %s, "  # noqa: S608 - quoted model names; values are parameters
             f"{_quote('iteration')} = %s WHERE {_quote('id')} = %s AND EXISTS (SELECT 1 FROM fence)"
         )
         params = [
@@ -101,8 +127,14 @@ def ledger_record_reply(
             iteration,
             attempt.pk,
         ]
-        if _execute(sql, params)[0] != 1:
-            raise stale_lease(lease)
+        if intent is None:
+            sql = f"{_fence_sql(False, durable=False)} {update}"
+            if _execute(sql, params)[0] != 1:
+                raise stale_lease(lease)
+        else:
+            insert, values = _insert_step(intent)
+            sql = f"{_fence_sql(False)}, reply AS ({update} RETURNING 1) {insert} FROM reply"
+            _insert_returning(lease, intent, sql, [*params, *values])
         attempt.iteration = iteration
         attempt.messages = [*attempt.messages, message]
         return
@@ -111,6 +143,8 @@ def ledger_record_reply(
         attempt.iteration = iteration
         attempt.messages = [*attempt.messages, message]
         attempt.save(update_fields=["iteration", "messages"])
+        if intent is not None:
+            intent.save(force_insert=True)
 
 
 @cache
@@ -118,27 +152,35 @@ def _step_columns() -> tuple[Field[Any, Any], ...]:
     return tuple(field for field in Step._meta.concrete_fields if not field.primary_key)
 
 
+def _insert_step(step: Step) -> tuple[str, list[Any]]:
+    """`INSERT INTO step (...) SELECT <values>` (the caller adds the FROM) and its values."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    fields = _step_columns()
+    columns = ", ".join(_quote(field.column) for field in fields)
+    values = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in fields)
+    sql = f"INSERT INTO {_quote(Step._meta.db_table)} ({columns}) SELECT {values}"  # noqa: S608 - quoted model names; values are parameters
+    return sql, [field.get_db_prep_save(field.pre_save(step, True), connection) for field in fields]
+
+
+def _insert_returning(lease: Lease, step: Step, sql: str, params: list[Any]) -> None:
+    count, row = _execute(f"{sql} RETURNING {_quote('id')}", params)
+    if count != 1 or row is None:
+        raise stale_lease(lease)
+    step.pk = row[0]
+    step._state.adding = False
+    step._state.db = DEFAULT_DB_ALIAS
+
+
 def ledger_add_intent(lease: Lease, step: Step, *, single_statement: bool | None = None) -> None:
-    """Insert `step` (state intent, not yet saved) and set its primary key."""
+    """Insert `step` (state intent, not yet saved), durably, and set its primary key."""
     if _single_statement(single_statement):
-        connection = connections[DEFAULT_DB_ALIAS]
-        fields = _step_columns()
-        columns = ", ".join(_quote(field.column) for field in fields)
-        values = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in fields)
-        sql = (
-            f"{_fence_sql(False)} INSERT INTO {_quote(Step._meta.db_table)} ({columns}) "  # noqa: S608 - quoted model names; values are parameters
-            f"SELECT {values} FROM fence RETURNING {_quote('id')}"
+        insert, values = _insert_step(step)
+        _insert_returning(
+            lease,
+            step,
+            f"{_fence_sql(False)} {insert} FROM fence",
+            [*_fence_params(lease, False), *values],
         )
-        params = [
-            *_fence_params(lease, False),
-            *(field.get_db_prep_save(field.pre_save(step, True), connection) for field in fields),
-        ]
-        count, row = _execute(sql, params)
-        if count != 1 or row is None:
-            raise stale_lease(lease)
-        step.pk = row[0]
-        step._state.adding = False
-        step._state.db = DEFAULT_DB_ALIAS
         return
     with transaction.atomic():
         lease_fence(lease)
@@ -167,7 +209,7 @@ def ledger_record_result(
         steps, attempts = _quote(Step._meta.db_table), _quote(Attempt._meta.db_table)
         messages = _quote("messages")
         sql = (
-            f"{_fence_sql(release)}, done AS (UPDATE {steps} SET {_quote('state')} = %s, "  # noqa: S608 - quoted model names; values are parameters
+            f"{_fence_sql(release, durable=False)}, done AS (UPDATE {steps} SET {_quote('state')} = %s, "  # noqa: S608 - quoted model names; values are parameters
             f"{_quote('result')} = %s, {_quote('duration_ms')} = %s, "
             f"{_quote('completed_at')} = %s WHERE {_quote('id')} = %s "
             f"AND EXISTS (SELECT 1 FROM fence) RETURNING 1) "
@@ -223,7 +265,6 @@ def ledger_claim(
     """
     if not _single_statement(None):
         return _claim_orm(run_id=run_id, owner=owner, expected_token=expected_token, actor=actor)
-    connection = connections[DEFAULT_DB_ALIAS]
     run_fields = MotorRun._meta.concrete_fields
     attempt_fields = Attempt._meta.concrete_fields
     runs, attempts = _quote(MotorRun._meta.db_table), _quote(Attempt._meta.db_table)
@@ -245,8 +286,11 @@ def ledger_claim(
     now = timezone.now()
     created, running = RunStatus.CREATED.value, RunStatus.RUNNING.value
     sql = (
-        f"WITH target AS (SELECT r.id, r.status AS was FROM {runs} r "  # noqa: S608 - quoted names
-        f"WHERE r.id = %s AND {claimable} FOR UPDATE), "
+        # not flushed before it returns (see _fence_sql): a claim lost in a database crash
+        # leaves the run as it was, and every later durable write of the slice flushes it
+        f"WITH target AS (SELECT r.id, r.status AS was FROM {runs} r, "  # noqa: S608 - quoted names
+        "(SELECT set_config('synchronous_commit', 'off', true)) u "
+        f"WHERE r.id = %s AND {claimable} FOR UPDATE OF r), "
         f"claimed AS (UPDATE {runs} r SET lease_token = r.lease_token + 1, lease_owner = %s, "
         "lease_expires_at = STATEMENT_TIMESTAMP() + %s, "
         "redelivery_count = CASE WHEN r.status IN (%s, %s) THEN r.redelivery_count + 1 "
@@ -284,9 +328,7 @@ def ledger_claim(
         now,
         created,
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = _execute(sql, params)[1]
     if row is None:
         return None
     run = _hydrate(MotorRun, run_fields, row[: len(run_fields)])
@@ -382,8 +424,7 @@ def ledger_insert(*objects: Any) -> None:
     *head, last = parts
     ctes = ", ".join(f"i{index} AS ({part})" for index, part in enumerate(head))
     sql = f"WITH {ctes} {last}" if ctes else last
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    _execute(sql, params)
     for obj in objects:
         obj._state.adding = False
         obj._state.db = DEFAULT_DB_ALIAS

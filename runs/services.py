@@ -648,6 +648,7 @@ def _run_iteration(
     # an earlier slice keep what their intent row already says.
     model, reasoning = "", ""
     fresh = False
+    recorded: Step | None = None  # the first call's intent, written with the reply
     if _final_reply(attempt) is not None:
         # The model already answered; a crash hit the finishing steps. Finish again.
         return _finish_completed(lease, run, attempt, actor=actor)
@@ -666,7 +667,9 @@ def _run_iteration(
                 retryable=True,
                 actor=actor,
             )
-        outcome = _record_reply(lease, run, attempt, reply, actor=actor, credentials=credentials)
+        outcome, recorded = _record_reply(
+            lease, run, attempt, reply, actor=actor, credentials=credentials
+        )
         if outcome is not None:
             return outcome
         # The stored message, with any credential value already replaced by its placeholder.
@@ -682,6 +685,7 @@ def _run_iteration(
             call_index=call_index,
             call=call,
             fresh=fresh,
+            recorded=recorded if position == 0 else None,
             last=position == len(pending) - 1,
             slice_ends_at=slice_ends_at,
             slot=slot,
@@ -798,8 +802,11 @@ def _record_reply(
     *,
     actor: str,
     credentials: Callable[[MotorRun], dict[str, str]] | None = None,
-) -> SliceOutcome | None:
+) -> tuple[SliceOutcome | None, Step | None]:
     """Store the assistant message; finish the run when it asked for no tool call.
+
+    When its first call can run at once (`_runs_at_once`), that call's intent is written with
+    the message, and returned: the call may start.
 
     Credential values never reach the stored message: the value of a save_credential call is
     moved into the run's encrypted store (when its name is in scope) and replaced by its
@@ -832,11 +839,56 @@ def _record_reply(
             attempt.iteration += 1
             attempt.messages = [*attempt.messages, redact(message, known)]
             attempt.save(update_fields=["iteration", "messages"])
+        intent = None
     else:
-        ledger_record_reply(lease, attempt, redact(message, known))
+        stored = redact(message, known)
+        intent = _first_intent(lease, run, attempt, stored, model=reply.model)
+        if intent is not None:
+            # the reply and this intent are written together: there is no moment between them
+            crash_point("before_step")
+        ledger_record_reply(lease, attempt, stored, intent=intent)
     if reply.tool_calls:
+        return None, intent
+    return _finish_completed(lease, run, attempt, actor=actor), None
+
+
+def _runs_at_once(run: MotorRun, name: str, arguments: dict[str, Any] | None) -> bool:
+    """A granted call with arguments that parse, and nothing to decide before it runs."""
+    return (
+        arguments is not None
+        and name in run.tools
+        and not (
+            run.approval_required
+            and needs_approval(name, arguments, network_enabled=bool(run.allowed_domains))
+        )
+    )
+
+
+def _first_intent(
+    lease: Lease, run: MotorRun, attempt: Attempt, stored: dict[str, Any], *, model: str
+) -> Step | None:
+    """The intent of the first call of the reply `stored` (as it will be stored), when that call
+    can run at once; None otherwise (it then goes through `_perform_call`'s general path)."""
+    calls = stored.get("tool_calls") or []
+    if not calls:
         return None
-    return _finish_completed(lease, run, attempt, actor=actor)
+    call = calls[0]
+    name = str(call["function"]["name"])
+    raw_arguments = str(call["function"].get("arguments") or "{}")
+    arguments = parse_arguments(raw_arguments)
+    if not _runs_at_once(run, name, arguments):
+        return None
+    return Step(
+        attempt=attempt,
+        iteration=attempt.iteration + 1,
+        call_index=0,
+        tool_call_id=str(call["id"]),
+        tool=name[:64],
+        arguments=arguments,
+        model=model,
+        reasoning=str(stored.get("content") or ""),
+        lease_token=lease.token,
+    )
 
 
 def _save_offered(run: MotorRun) -> bool:
@@ -988,6 +1040,7 @@ def _perform_call(
     last: bool,
     slice_ends_at: float,
     slot: SandboxSlot,
+    recorded: Step | None = None,
     credentials: Callable[[MotorRun], dict[str, str]] | None,
     actor: str,
     model: str,
@@ -997,36 +1050,30 @@ def _perform_call(
 
     `fresh`: the call was requested in this slice, so it cannot have a Step row yet. `last`:
     no call of this iteration follows, so a call that ends well also ends the slice when its
-    time is up (`slice_ends_at`).
+    time is up (`slice_ends_at`). `recorded`: the call's intent, already written with the reply.
     """
-    crash_point("before_step")
     name = str(call["function"]["name"])
     raw_arguments = str(call["function"].get("arguments") or "{}")
     arguments = parse_arguments(raw_arguments)
+    if recorded is None:
+        crash_point("before_step")
 
     iteration = attempt.iteration
-    if (
-        fresh
-        and arguments is not None
-        and name in run.tools
-        and not (
-            run.approval_required
-            and needs_approval(name, arguments, network_enabled=bool(run.allowed_domains))
-        )
-    ):
+    if recorded is not None or (fresh and _runs_at_once(run, name, arguments)):
         # The common case, a granted call with nothing to decide before it runs: its intent
-        # is one fenced write (the general path below handles everything else).
-        step = _intent_step(
+        # is one fenced write, or part of the reply's (the general path below does the rest).
+        step = recorded or _intent_step(
             lease, attempt, call_index, call, name, arguments, raw_arguments, model, reasoning
         )
-        ledger_add_intent(lease, step)
+        if recorded is None:
+            ledger_add_intent(lease, step)
         return _execute_and_record(
             lease,
             run,
             attempt,
             step,
             name,
-            arguments,
+            arguments or {},
             slot,
             credentials,
             actor,

@@ -319,20 +319,21 @@ def _pool_children(worker: subprocess.Popen) -> set[int]:
 
 
 @pytest.mark.parametrize(
-    ("boundary", "count_after", "step_outcome"),
+    ("boundary", "count_after", "step_outcome", "asked"),
     [
-        # the reply was recorded but no Step row: the redelivered slice runs the call once
-        ("before_step", "ran\n", (True, None)),
+        # the model answered, neither its reply nor the call's Step row (written together) is
+        # recorded: the redelivered slice asks again and runs the call once
+        ("before_step", "ran\n", (True, None), 3),
         # the intent was committed, the call never started: reported, never run
-        ("after_intent", None, (False, "interrupted")),
+        ("after_intent", None, (False, "interrupted"), 2),
         # the call ran, its result was lost: reported as interrupted, not run again
-        ("after_execution", "ran\n", (False, "interrupted")),
+        ("after_execution", "ran\n", (False, "interrupted"), 2),
         # the result was committed: the redelivered slice moves on without running it again
-        ("after_commit", "ran\n", (True, None)),
+        ("after_commit", "ran\n", (True, None), 2),
     ],
 )
 def test_sigkill_of_the_worker_at_each_boundary_of_a_call_never_runs_a_committed_call_twice(
-    agent, llm_stub_server, start_worker, tmp_path, boundary, count_after, step_outcome
+    agent, llm_stub_server, start_worker, tmp_path, boundary, count_after, step_outcome, asked
 ):
     # given a worker that kills itself (SIGKILL, once) when a call reaches `boundary`
     marker = tmp_path / "crashed"
@@ -342,9 +343,8 @@ def test_sigkill_of_the_worker_at_each_boundary_of_a_call_never_runs_a_committed
     workspace = tmp_path / "ws"
     workspace.mkdir()
     program = "with open('count.txt', 'a') as f:\n    f.write('ran\\n')\n"
-    llm_stub_server.add(
-        reply_tools(tool_call("code", {"code": program}, call_id="c")), reply_text("Done.")
-    )
+    calls = [reply_tools(tool_call("code", {"code": program}, call_id="c"))] * (asked - 1)
+    llm_stub_server.add(*calls, reply_text("Done."))
     # when a run makes that call
     run_id = run_start(
         agent_id=agent.pk, task="Count", tools=["code"], workspace=str(workspace), actor="t"
@@ -358,7 +358,7 @@ def test_sigkill_of_the_worker_at_each_boundary_of_a_call_never_runs_a_committed
     assert (count.read_text() if count.exists() else None) == count_after
     step = Step.objects.get(attempt__run_id=run_id)
     assert (step.state, step.result["ok"], step.result["error_code"]) == ("done", *step_outcome)
-    assert len(llm_stub_server.requests) == 2
+    assert len(llm_stub_server.requests) == asked
     run = MotorRun.objects.get(pk=run_id)
     assert (run.result["summary"], run.lease_expires_at) == ("Done.", None)
 
