@@ -17,6 +17,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+import psycopg
+
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Field
 from django.utils import timezone
@@ -93,7 +95,8 @@ def _execute(sql: str, params: list[Any]) -> tuple[int, Any]:
     """
     connection = connections[DEFAULT_DB_ALIAS]
     connection.ensure_connection()
-    with connection.wrap_database_errors, connection.connection.cursor() as cursor:
+    # Django's connections make client-side-binding cursors; this one binds on the server.
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
         row = cursor.fetchone() if cursor.description else None
         return cursor.rowcount, row

@@ -406,8 +406,9 @@ def run_start(
         event = RunEvent(run=run, from_status="", to_status=run.status, actor=actor, detail={})
         # one statement on PostgreSQL, whose foreign key checks that the agent exists
         ledger_insert(run, attempt, event)
-        transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
+        # The message first: the worker starts while the fast-path key is extended.
         transaction.on_commit(lambda: _enqueue_step(run_id, 0))
+        transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
     except IntegrityError as exc:
         if reserved:
             mutex_release(agent_id=agent_id, run_id=run_id)
