@@ -18,7 +18,6 @@ from functools import cache
 from typing import Any
 
 import psycopg
-
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Field
 from django.utils import timezone
@@ -98,7 +97,9 @@ def _execute(sql: str, params: list[Any]) -> tuple[int, Any]:
     # Django's connections make client-side-binding cursors; this one binds on the server.
     with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
-        row = cursor.fetchone() if cursor.description else None
+        # (`description` would build a column object per returned column on every call)
+        result = cursor.pgresult
+        row = cursor.fetchone() if result is not None and result.nfields else None
         return cursor.rowcount, row
 
 
