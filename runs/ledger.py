@@ -355,17 +355,9 @@ def _hydrate(model: type[Any], fields: Any, values: Any) -> Any:
 def _claim_orm(
     *, run_id: str, owner: str, expected_token: int | None, actor: str
 ) -> tuple[Lease, MotorRun, Attempt] | None:
-    with transaction.atomic():
-        claimed = lease_claim_run(
-            run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
-        )
-        if claimed is None:
-            return None
-        lease, run = claimed
-        if run.status == RunStatus.CREATED:
-            _start(run, actor=actor)
-        attempt = Attempt.objects.get(run_id=run_id, index=run.current_attempt_index)
-    return lease, run, attempt
+    return _claimed(
+        lease_claim_run, run_id=run_id, owner=owner, expected_token=expected_token, actor=actor
+    )
 
 
 def ledger_take_over(
@@ -374,10 +366,22 @@ def ledger_take_over(
     """Claim a run whose live lease belongs to a dead local process (see
     `runs.lease.lease_take_over_from_dead`), starting it when still `created`, like
     `ledger_claim`. None when its holder is alive or elsewhere."""
+    return _claimed(
+        lease_take_over_from_dead,
+        run_id=run_id,
+        owner=owner,
+        expected_token=expected_token,
+        actor=actor,
+    )
+
+
+def _claimed(
+    claim: Any, *, run_id: str, owner: str, expected_token: int | None, actor: str
+) -> tuple[Lease, MotorRun, Attempt] | None:
+    """`claim` (one of runs.lease's claims, counting the slice) as one ORM transaction with the
+    start of a created run and the read of its current attempt."""
     with transaction.atomic():
-        claimed = lease_take_over_from_dead(
-            run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
-        )
+        claimed = claim(run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True)
         if claimed is None:
             return None
         lease, run = claimed

@@ -1068,123 +1068,32 @@ def _perform_call(
         )
         if recorded is None:
             ledger_add_intent(lease, step)
-        return _execute_and_record(
-            lease,
-            run,
-            attempt,
-            step,
-            name,
-            arguments or {},
-            slot,
-            credentials,
-            actor,
-            last=last,
-            slice_ends_at=slice_ends_at,
-        )
-    with transaction.atomic():
-        lease_fence(lease)
-        step = (
-            None
-            if fresh
-            else Step.objects.filter(
-                attempt=attempt, iteration=iteration, call_index=call_index
-            ).first()
-        )
-        if step is not None and step.state == StepState.DONE:
-            return None  # recorded already; its result is in the messages
-        approval = _usable_approval(run, step) if step is not None else None
-        if approval is not None:
-            # Approved while paused: start exactly this action, once (after this commit).
-            approval.used_at = timezone.now()
-            approval.save(update_fields=["used_at"])
-        elif step is not None:
-            if (
-                _is_sandbox_call(run, name, arguments)
-                and needs_approval(name, arguments or {}, network_enabled=bool(run.allowed_domains))
-                and not step.approvals.exists()
-            ):
-                # A non-idempotent call caught in flight: only the owner may decide to rerun it.
-                return _pause_for_approval(
-                    run,
-                    attempt,
-                    lease,
-                    step=step,
-                    tool=name,
-                    arguments=arguments or {},
-                    summary="outcome unknown — run again?",
-                    actor=actor,
-                )
-            # In flight when its worker died: the outcome is unknown, so it is not run again.
-            # The model sees that and decides whether to repeat it.
-            result = envelope(
-                ok=False,
-                output=(
-                    "This call was interrupted before its result was recorded; its outcome is "
-                    "unknown. Check the current state before repeating it."
-                ),
-                error_code=INTERRUPTED,
-                retryable=True,
+    else:
+        with transaction.atomic():
+            lease_fence(lease)
+            step = (
+                None
+                if fresh
+                else Step.objects.filter(
+                    attempt=attempt, iteration=iteration, call_index=call_index
+                ).first()
             )
-            _complete_step(run, attempt, step, result)
-            return _after_result(run, attempt, name, result, actor=actor)
-        else:
-            step = _intent_step(
-                lease, attempt, call_index, call, name, arguments, raw_arguments, model, reasoning
-            )
-            step.save(force_insert=True)
-            if run.review and name in SYNTHETIC_TOOLS:
-                result = envelope(
-                    ok=False, output=f"{name} is not available in a review run", error_code="denied"
-                )
-                _complete_step(run, attempt, step, result)
-                return _after_result(run, attempt, name, result, actor=actor)
-            if name == ASK_USER:
-                question = str((arguments or {}).get("question") or "").strip()
-                if question:
-                    previous = run.status
-                    attempt.await_input(question=question, tool_call_id=str(call["id"]))
-                    attempt.save(
-                        update_fields=["status", "pending_question", "pending_tool_call_id"]
+            if step is not None and step.state == StepState.DONE:
+                return None  # recorded already; its result is in the messages
+            approval = _usable_approval(run, step) if step is not None else None
+            if approval is not None:
+                # Approved while paused: start exactly this action, once (after this commit).
+                approval.used_at = timezone.now()
+                approval.save(update_fields=["used_at"])
+            elif step is not None:
+                if (
+                    _is_sandbox_call(run, name, arguments)
+                    and needs_approval(
+                        name, arguments or {}, network_enabled=bool(run.allowed_domains)
                     )
-                    run.await_input()
-                    run.save(update_fields=["status", "updated_at"])
-                    lease_release(lease, slice_done=True)
-                    _event(run, from_status=previous, actor=actor, question=question)
-                    _signal(
-                        run,
-                        {
-                            "run_id": run.id,
-                            "status": RunStatus.AWAITING_INPUT,
-                            "question": question,
-                        },
-                    )
-                    return SliceOutcome.PAUSED
-                result = envelope(
-                    ok=False,
-                    output="ask_user needs a non-empty 'question'",
-                    error_code="invalid_args",
-                )
-                _complete_step(run, attempt, step, result)
-                return _after_result(run, attempt, name, result, actor=actor)
-            if name == REQUEST_APPROVAL:
-                proposal = _approval_proposal(run, arguments)
-                if isinstance(proposal, dict) and "ok" in proposal:
-                    _complete_step(run, attempt, step, proposal)
-                    return _after_result(run, attempt, name, proposal, actor=actor)
-                return _pause_for_approval(run, attempt, lease, step=step, actor=actor, **proposal)
-            if name == SAVE_CREDENTIAL:
-                result = _save_credential(run, arguments or {})
-                _complete_step(run, attempt, step, result)
-                return _after_result(run, attempt, name, result, actor=actor)
-            refusal = _refusal(run, name, arguments)
-            if refusal is not None:
-                _complete_step(run, attempt, step, refusal)
-                return _after_result(run, attempt, name, refusal, actor=actor)
-            if run.approval_required and needs_approval(
-                name, arguments or {}, network_enabled=bool(run.allowed_domains)
-            ):
-                granted = _unused_approval(run, action_hash(name, arguments or {}))
-                if granted is None:
+                    and not step.approvals.exists()
+                ):
+                    # A non-idempotent call caught in flight: only the owner may decide to rerun it.
                     return _pause_for_approval(
                         run,
                         attempt,
@@ -1192,11 +1101,104 @@ def _perform_call(
                         step=step,
                         tool=name,
                         arguments=arguments or {},
-                        summary="approval required before this action",
+                        summary="outcome unknown — run again?",
                         actor=actor,
                     )
-                granted.used_at = timezone.now()
-                granted.save(update_fields=["used_at"])
+                # In flight when its worker died: the outcome is unknown, so it is not run again.
+                # The model sees that and decides whether to repeat it.
+                result = envelope(
+                    ok=False,
+                    output=(
+                        "This call was interrupted before its result was recorded; its outcome is "
+                        "unknown. Check the current state before repeating it."
+                    ),
+                    error_code=INTERRUPTED,
+                    retryable=True,
+                )
+                _complete_step(run, attempt, step, result)
+                return _after_result(run, attempt, name, result, actor=actor)
+            else:
+                step = _intent_step(
+                    lease,
+                    attempt,
+                    call_index,
+                    call,
+                    name,
+                    arguments,
+                    raw_arguments,
+                    model,
+                    reasoning,
+                )
+                step.save(force_insert=True)
+                if run.review and name in SYNTHETIC_TOOLS:
+                    result = envelope(
+                        ok=False,
+                        output=f"{name} is not available in a review run",
+                        error_code="denied",
+                    )
+                    _complete_step(run, attempt, step, result)
+                    return _after_result(run, attempt, name, result, actor=actor)
+                if name == ASK_USER:
+                    question = str((arguments or {}).get("question") or "").strip()
+                    if question:
+                        previous = run.status
+                        attempt.await_input(question=question, tool_call_id=str(call["id"]))
+                        attempt.save(
+                            update_fields=["status", "pending_question", "pending_tool_call_id"]
+                        )
+                        run.await_input()
+                        run.save(update_fields=["status", "updated_at"])
+                        lease_release(lease, slice_done=True)
+                        _event(run, from_status=previous, actor=actor, question=question)
+                        _signal(
+                            run,
+                            {
+                                "run_id": run.id,
+                                "status": RunStatus.AWAITING_INPUT,
+                                "question": question,
+                            },
+                        )
+                        return SliceOutcome.PAUSED
+                    result = envelope(
+                        ok=False,
+                        output="ask_user needs a non-empty 'question'",
+                        error_code="invalid_args",
+                    )
+                    _complete_step(run, attempt, step, result)
+                    return _after_result(run, attempt, name, result, actor=actor)
+                if name == REQUEST_APPROVAL:
+                    proposal = _approval_proposal(run, arguments)
+                    if isinstance(proposal, dict) and "ok" in proposal:
+                        _complete_step(run, attempt, step, proposal)
+                        return _after_result(run, attempt, name, proposal, actor=actor)
+                    return _pause_for_approval(
+                        run, attempt, lease, step=step, actor=actor, **proposal
+                    )
+                if name == SAVE_CREDENTIAL:
+                    result = _save_credential(run, arguments or {})
+                    _complete_step(run, attempt, step, result)
+                    return _after_result(run, attempt, name, result, actor=actor)
+                refusal = _refusal(run, name, arguments)
+                if refusal is not None:
+                    _complete_step(run, attempt, step, refusal)
+                    return _after_result(run, attempt, name, refusal, actor=actor)
+                if run.approval_required and needs_approval(
+                    name, arguments or {}, network_enabled=bool(run.allowed_domains)
+                ):
+                    granted = _unused_approval(run, action_hash(name, arguments or {}))
+                    if granted is None:
+                        return _pause_for_approval(
+                            run,
+                            attempt,
+                            lease,
+                            step=step,
+                            tool=name,
+                            arguments=arguments or {},
+                            summary="approval required before this action",
+                            actor=actor,
+                        )
+                    granted.used_at = timezone.now()
+                    granted.save(update_fields=["used_at"])
     return _execute_and_record(
         lease,
         run,
