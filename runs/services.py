@@ -656,6 +656,10 @@ def _run_iteration(
     if not pending:
         if attempt.iteration >= attempt.max_iterations:
             return _fail_budget(lease, run, attempt, actor=actor)
+        if run.tools:
+            # A run granted sandbox tools gets its session while the model thinks: the first
+            # call then finds it open instead of waiting for the sandbox to start.
+            slot.prewarm()
         release_db_connection()
         reply = _call_llm(run, attempt, client)
         if isinstance(reply, LLMUnavailable):

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 from runs.errors import InvalidRunParams
+
+logger = logging.getLogger(__name__)
 
 ASK_USER = "ask_user"
 
@@ -196,6 +200,30 @@ class SandboxSlot:
         self.workspace = workspace
         self.allowed_domains = tuple(allowed_domains)
         self._session: Any = None
+        self._warming: threading.Thread | None = None
+
+    def prewarm(self) -> None:
+        """Start opening the session in the background, so the first call does not wait for
+        the sandbox to start (the caller does this while the model thinks). A session that
+        cannot open is not an error here: the call then tries again and fails with
+        `sandbox_error`."""
+        if self._warming is not None or (self._session is not None and not self._session.closed):
+            return
+
+        def warm() -> None:
+            try:
+                self._open()
+            except Exception:  # noqa: BLE001 - the call that needs it reports the failure
+                logger.info("run %s: the sandbox session could not be opened ahead", self.run_id)
+
+        self._warming = threading.Thread(target=warm, name=f"motor-warm-{self.run_id}", daemon=True)
+        self._warming.start()
+
+    def _settled(self) -> None:
+        """Wait for a background open to finish (it registers the session when it does)."""
+        warming, self._warming = self._warming, None
+        if warming is not None:
+            warming.join()
 
     def _open(self) -> Any:
         if self._session is None or self._session.closed:
@@ -216,6 +244,7 @@ class SandboxSlot:
             return envelope(
                 ok=False, output=f"sandbox unavailable: {exc}", error_code="sandbox_error"
             )
+        self._settled()
         try:
             session = self._open()
             result = sandbox_tools.execute_tool(
@@ -241,5 +270,9 @@ class SandboxSlot:
         )
 
     def close(self) -> None:
-        """Let go of the session; it stays open in the registry for the run's next slice."""
+        """Let go of the session; it stays open in the registry for the run's next slice.
+
+        A background open still in progress is waited for, so whoever closes the run's session
+        next (cancel, the run's end) finds it registered."""
+        self._settled()
         self._session = None

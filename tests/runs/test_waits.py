@@ -37,7 +37,7 @@ def _wait_until(predicate: Any, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_slice_holds_no_connection_and_no_session_while_the_model_thinks(
+def test_a_slice_holds_no_connection_while_the_model_thinks_and_opens_the_sandbox_meanwhile(
     agent, scripted_llm, tmp_path: Path, settings
 ):
     settings.MOTOR_SLICE_SECONDS = 0  # one iteration per slice, to look between them
@@ -77,18 +77,63 @@ def test_a_slice_holds_no_connection_and_no_session_while_the_model_thinks(
         assert not [
             state for state, _ in _other_backends() if state.startswith("idle in transaction")
         ]
-        # ... and has not opened the run's sandbox session: that waits for the first tool call
-        assert run_session_peek(run_id) is None
+        # ... and opens the run's sandbox session meanwhile, so the first call finds it ready
+        _wait_until(lambda: run_session_peek(run_id) is not None, "the session opened ahead")
+        warmed = run_session_peek(run_id)
     finally:
         gate.set()
         thread.join(timeout=60)
-    # when the reply asks for a read, the session opens for it and stays warm for the run
+    # when the reply asks for a read, it runs in that session, which stays warm for the run
     assert seen["outcome"] is SliceOutcome.CONTINUED
     session = run_session_peek(run_id)
-    assert session is not None and session.closed is False
+    assert session is warmed and session.closed is False
     assert drive(run_id, client) == [SliceOutcome.FINISHED]
     assert MotorRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
     assert session.closed is True
+
+
+def test_a_run_granted_no_sandbox_tool_opens_no_session(agent, scripted_llm):
+    # given a run with no granted tool, whose model asks the user and then answers
+    run_id = run_start(agent_id=agent.pk, task="Ask", actor="test")["run_id"]
+    scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Which?"})))
+    # when its slice runs, then no sandbox session was opened for it
+    assert drive(run_id, scripted_llm.client()) == [SliceOutcome.PAUSED]
+    assert run_session_peek(run_id) is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_opened_ahead_is_closed_when_the_run_is_cancelled_during_the_model_call(
+    agent, scripted_llm, tmp_path: Path
+):
+    # given a run granted `read` whose model never answers before the run is cancelled
+    from runs.services import run_cancel
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    run_id = run_start(
+        agent_id=agent.pk, task="Read", tools=["read"], workspace=str(workspace), actor="test"
+    )["run_id"]
+    gate = scripted_llm.add_gated(reply_text("too late"))
+    client = scripted_llm.client()
+    outcome: dict[str, Any] = {}
+
+    def slice_() -> None:
+        try:
+            outcome["value"] = run_step(run_id=run_id, client=client, owner="w")
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=slice_)
+    thread.start()
+    _wait_until(lambda: run_session_peek(run_id) is not None, "the session opened ahead")
+    session = run_session_peek(run_id)
+    # when the run is cancelled while the model thinks, and the model then answers
+    run_cancel(run_id=run_id, actor="test")
+    gate.set()
+    thread.join(timeout=60)
+    # then the slice lost its lease and the session it opened ahead is closed
+    assert outcome["value"] is SliceOutcome.LEASE_LOST
+    assert session.closed is True and run_session_peek(run_id) is None
 
 
 def test_a_waiting_signal_long_poll_holds_no_database_connection(agent):
