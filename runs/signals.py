@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.signals import worker_ready
+from celery.signals import worker_process_init, worker_ready
 
 logger = logging.getLogger(__name__)
 
@@ -39,3 +39,16 @@ def reap_on_worker_ready(sender: Any = None, **_: Any) -> None:
         run_reap_task.apply_async()
     except Exception:  # noqa: BLE001 - a broker hiccup must not stop the worker from starting
         logger.exception("could not queue a reaper pass")
+
+
+@worker_ready.connect(dispatch_uid="runs.warm_runtime_on_worker_ready")
+@worker_process_init.connect(dispatch_uid="runs.warm_runtime_on_worker_process_init")
+def warm_runtime_on_worker_start(sender: Any = None, **_: Any) -> None:
+    """Once per worker process (the main one of a threads worker, each prefork child): load
+    what the first slice would otherwise load while a run waits on it."""
+    from runs.services import runtime_warm
+
+    try:
+        runtime_warm()
+    except Exception:  # noqa: BLE001 - the first slice loads it again and reports any error
+        logger.exception("could not load the runtime ahead of the first run")

@@ -137,3 +137,24 @@ def test_the_request_is_the_chat_completions_wire_format_and_object_arguments_ar
     assert [(c.name, json.loads(c.arguments)) for c in reply.tool_calls] == [
         ("read", {"path": "a.txt"})
     ]
+
+
+def test_a_worker_process_loads_the_runtime_when_it_starts(settings):
+    # given the handler a worker's start signals call (worker_ready, worker_process_init)
+    import sys
+
+    from celery.signals import worker_process_init, worker_ready
+
+    from runs.services import _default_client
+    from runs.signals import warm_runtime_on_worker_start
+
+    settings.LLM_BASE_URL = "http://warm.test/v1"
+    receivers = [r[1]() for r in worker_ready.receivers + worker_process_init.receivers]
+    assert receivers.count(warm_runtime_on_worker_start) == 2
+    # when it runs, then the sandbox's tools are loaded and the LLM client for these settings
+    # is built once and kept
+    warm_runtime_on_worker_start()
+    assert "sandbox.tools" in sys.modules
+    client = _default_client()
+    assert str(client.base_url) == "http://warm.test/v1/"
+    assert _default_client() is client
