@@ -639,7 +639,7 @@ def part1(env: Env, n: int, repeats: int, shape: str) -> list[str]:
 
 
 #: seconds part 2 waits after each run before timing the next start
-SETTLE_S = 0.15
+SETTLE_S = 0.05
 
 
 def part2(env: Env, samples: int, shape: str) -> list[str]:
