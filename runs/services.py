@@ -547,15 +547,7 @@ def _run_slice(
         # time paused for a human (waited_s) is not part of the run's budget
         deadline = (run.started_at or run.created_at).timestamp() + run.timeout_s + run.waited_s
         if time.time() > deadline:
-            return _fail_locked(
-                lease,
-                run,
-                attempt,
-                category=FailureCategory.TIMEOUT,
-                message=f"the run exceeded its timeout of {run.timeout_s} s",
-                retryable=True,
-                actor=actor,
-            )
+            return _fail_timeout(lease, run, attempt, actor=actor)
         if run.credential_names:
             missing = _missing_credentials(run, credentials)
             if missing:
@@ -584,15 +576,7 @@ def _run_slice(
             if outcome is not None:
                 return outcome
             if time.time() > deadline:
-                return _fail_locked(
-                    lease,
-                    run,
-                    attempt,
-                    category=FailureCategory.TIMEOUT,
-                    message=f"the run exceeded its timeout of {run.timeout_s} s",
-                    retryable=True,
-                    actor=actor,
-                )
+                return _fail_timeout(lease, run, attempt, actor=actor)
         with transaction.atomic():
             _end_slice(lease)
         return SliceOutcome.CONTINUED
@@ -615,6 +599,18 @@ def _run_slice(
     finally:
         if slot is not None:
             slot.close()
+
+
+def _fail_timeout(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) -> SliceOutcome:
+    return _fail_locked(
+        lease,
+        run,
+        attempt,
+        category=FailureCategory.TIMEOUT,
+        message=f"the run exceeded its timeout of {run.timeout_s} s",
+        retryable=True,
+        actor=actor,
+    )
 
 
 def slice_seconds() -> float:

@@ -28,6 +28,24 @@ def _other_backends() -> list[tuple[str, str]]:
         return [(str(state), str(query)) for state, query in cursor.fetchall()]
 
 
+def _slice_in_thread(
+    run_id: str, client: Any, owner: str, seen: dict[str, Any]
+) -> threading.Thread:
+    """Run one slice in its own thread, as a worker does; its connection and outcome land in
+    `seen`."""
+
+    def slice_() -> None:
+        seen["connection"] = connections["default"]
+        try:
+            seen["outcome"] = run_step(run_id=run_id, client=client, owner=owner)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=slice_)
+    thread.start()
+    return thread
+
+
 def _wait_until(predicate: Any, what: str) -> None:
     event = threading.Event()
     for _ in range(600):
@@ -56,16 +74,7 @@ def test_a_slice_holds_no_connection_while_the_model_thinks_and_opens_the_sandbo
     scripted_llm.add(reply_text("The notes say hello."))
     client = scripted_llm.client()
     seen: dict[str, Any] = {}
-
-    def first_slice() -> None:
-        seen["connection"] = connections["default"]
-        try:
-            seen["outcome"] = run_step(run_id=run_id, client=client, owner="slice-thread")
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=first_slice)
-    thread.start()
+    thread = _slice_in_thread(run_id, client, "slice-thread", seen)
     try:
         # when the slice is waiting for the model's first reply
         _wait_until(lambda: len(scripted_llm.requests) == 1, "the first LLM request")
@@ -116,15 +125,7 @@ def test_a_session_opened_ahead_is_closed_when_the_run_is_cancelled_during_the_m
     gate = scripted_llm.add_gated(reply_text("too late"))
     client = scripted_llm.client()
     outcome: dict[str, Any] = {}
-
-    def slice_() -> None:
-        try:
-            outcome["value"] = run_step(run_id=run_id, client=client, owner="w")
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=slice_)
-    thread.start()
+    thread = _slice_in_thread(run_id, client, "w", outcome)
     _wait_until(lambda: run_session_peek(run_id) is not None, "the session opened ahead")
     session = run_session_peek(run_id)
     # when the run is cancelled while the model thinks, and the model then answers
@@ -132,7 +133,7 @@ def test_a_session_opened_ahead_is_closed_when_the_run_is_cancelled_during_the_m
     gate.set()
     thread.join(timeout=60)
     # then the slice lost its lease and the session it opened ahead is closed
-    assert outcome["value"] is SliceOutcome.LEASE_LOST
+    assert outcome["outcome"] is SliceOutcome.LEASE_LOST
     assert session.closed is True and run_session_peek(run_id) is None
 
 
