@@ -1,9 +1,11 @@
 """State changes of the Motor Cortex runtime. Keyword-only, typed, `<entity>_<action>`.
 
-The loop is advanced one slice at a time by `run_step`: claim the lease, make at most one LLM call
-(outside any transaction), execute the requested tool calls one by one (Step row written as
-`intent` and committed, the call run outside a transaction, the result recorded under the fencing
-check), then enqueue the next slice on commit. Every write checks the fencing token first.
+The loop is advanced one slice at a time by `run_step`: claim the lease, then iteration after
+iteration — one LLM call (outside any transaction), the requested tool calls one by one (Step row
+written as `intent` and committed, the call run outside a transaction, the result recorded under
+the fencing check) — until the run pauses or ends or the slice's time (MOTOR_SLICE_SECONDS) is up;
+then release the lease and enqueue the next slice on commit. Every write checks the fencing token
+first; the frequent ones are single statements (`runs.ledger`).
 """
 
 from __future__ import annotations
@@ -446,7 +448,8 @@ def run_step(
     client: openai.OpenAI | None = None,
     credentials: Callable[[MotorRun], dict[str, str]] | None = None,
 ) -> SliceOutcome:
-    """Advance `run_id` by one iteration: one LLM call and the tool calls it asks for.
+    """Advance `run_id` by one slice: iterations (one LLM call and the tool calls it asks for)
+    until the run pauses or ends, or MOTOR_SLICE_SECONDS have passed.
 
     Safe to call any number of times for the same run (redelivery, duplicates): the lease lets
     one slice write, and the Step ledger means a recorded tool call never runs again.
