@@ -351,7 +351,9 @@ def test_scenario_4_when_the_run_cannot_heal_a_research_run_rewrites_the_skill(
     wait_handled(stack, first_id, "failed")
 
     # then the brain started a research run on the failed wake-up
-    [(trigger, tool, args)] = brain_calls(chat, since=added[-1]["id"])
+    calls = brain_calls(chat, since=added[-1]["id"])
+    assert len(calls) == 1, shown(chat)
+    [(trigger, tool, args)] = calls
     assert (trigger, tool, args["domains"]) == ("motor_result", "core_act", ["agentmail.to"])
     second_id = next(r["result"]["run_id"] for name, r in tool_results(chat, since=added[-1]["id"]))
     wait_handled(stack, second_id, "completed")
