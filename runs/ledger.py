@@ -1,8 +1,8 @@
 """The run loop's frequent fenced writes, each in one statement on PostgreSQL.
 
-A slice starts with its claim (and, for a new run, the start); then each iteration writes three
-times: the model's reply, the intent of its tool call, the call's
-result. Each write must first prove the slice's lease (`runs.lease.lease_fence`) and then change
+A slice starts with its claim (and, for a new run, the start); then each iteration writes twice:
+the model's reply with the intent of its first tool call, then the call's result (a further call
+of the same reply has an intent write of its own). Each write must first prove the slice's lease (`runs.lease.lease_fence`) and then change
 one or two rows. Through the ORM that is BEGIN, the fencing UPDATE, the writes and COMMIT, and
 most of its cost is Python building SQL. On PostgreSQL the functions here send the fencing UPDATE
 and the writes it guards as one statement — the writes are chained behind the fence in
@@ -156,14 +156,22 @@ def _step_columns() -> tuple[Field[Any, Any], ...]:
     return tuple(field for field in Step._meta.concrete_fields if not field.primary_key)
 
 
-def _insert_step(step: Step) -> tuple[str, list[Any]]:
-    """`INSERT INTO step (...) SELECT <values>` (the caller adds the FROM) and its values."""
+@cache
+def _insert_step_sql() -> str:
     connection = connections[DEFAULT_DB_ALIAS]
     fields = _step_columns()
     columns = ", ".join(_quote(field.column) for field in fields)
     values = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in fields)
-    sql = f"INSERT INTO {_quote(Step._meta.db_table)} ({columns}) SELECT {values}"  # noqa: S608 - quoted model names; values are parameters
-    return sql, [field.get_db_prep_save(field.pre_save(step, True), connection) for field in fields]
+    return f"INSERT INTO {_quote(Step._meta.db_table)} ({columns}) SELECT {values}"  # noqa: S608 - quoted model names; values are parameters
+
+
+def _insert_step(step: Step) -> tuple[str, list[Any]]:
+    """`INSERT INTO step (...) SELECT <values>` (the caller adds the FROM) and its values."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    values = [
+        field.get_db_prep_save(field.pre_save(step, True), connection) for field in _step_columns()
+    ]
+    return _insert_step_sql(), values
 
 
 def _insert_returning(lease: Lease, step: Step, sql: str, params: list[Any]) -> None:
@@ -258,17 +266,11 @@ def _apply_result(
     attempt.messages = [*attempt.messages, tool_message]
 
 
-def ledger_claim(
-    *, run_id: str, owner: str, expected_token: int | None, actor: str
-) -> tuple[Lease, MotorRun, Attempt] | None:
-    """Claim the run for a slice (see `runs.lease.lease_claim_run`, counting the slice) and, when
-    it is still `created`, start it (running, started_at, its audit row); return the lease, the
-    run and its current attempt as they now are. None when it is not this caller's turn.
-
-    On PostgreSQL all of it is one statement; elsewhere one ORM transaction.
-    """
-    if not _single_statement(None):
-        return _claim_orm(run_id=run_id, owner=owner, expected_token=expected_token, actor=actor)
+@cache
+def _claim_sql(with_token: bool) -> str:
+    """The claim statement of `ledger_claim`, for a message's token (`with_token`) or none.
+    Parameters: run id; the claimability test's (owner; or token, owner, token + 1); owner, ttl;
+    the status and time values of the start; the audit row's."""
     run_fields = MotorRun._meta.concrete_fields
     attempt_fields = Attempt._meta.concrete_fields
     runs, attempts = _quote(MotorRun._meta.db_table), _quote(Attempt._meta.db_table)
@@ -277,19 +279,14 @@ def ledger_claim(
         "(r.lease_expires_at IS NULL OR r.lease_expires_at < STATEMENT_TIMESTAMP() "
         "OR r.lease_owner = %s)"
     )
-    params: list[Any] = []
-    if expected_token is None:
+    if not with_token:
         claimable = free
-        params += [owner]
     else:
         claimable = (
             f"((r.lease_token = %s AND {free}) OR "
             "(r.lease_token = %s AND r.lease_expires_at < STATEMENT_TIMESTAMP()))"
         )
-        params += [expected_token, owner, expected_token + 1]
-    now = timezone.now()
-    created, running = RunStatus.CREATED.value, RunStatus.RUNNING.value
-    sql = (
+    return (
         # not flushed before it returns (see _fence_sql): a claim lost in a database crash
         # leaves the run as it was, and every later durable write of the slice flushes it
         f"WITH target AS (SELECT r.id, r.status AS was FROM {runs} r, "  # noqa: S608 - quoted names
@@ -312,6 +309,24 @@ def ledger_claim(
         + f" FROM claimed c JOIN {attempts} a ON a.run_id = c.id "
         "AND a.index = c.current_attempt_index"
     )
+
+
+def ledger_claim(
+    *, run_id: str, owner: str, expected_token: int | None, actor: str
+) -> tuple[Lease, MotorRun, Attempt] | None:
+    """Claim the run for a slice (see `runs.lease.lease_claim_run`, counting the slice) and, when
+    it is still `created`, start it (running, started_at, its audit row); return the lease, the
+    run and its current attempt as they now are. None when it is not this caller's turn.
+
+    On PostgreSQL all of it is one statement; elsewhere one ORM transaction.
+    """
+    if not _single_statement(None):
+        return _claim_orm(run_id=run_id, owner=owner, expected_token=expected_token, actor=actor)
+    params: list[Any] = (
+        [owner] if expected_token is None else [expected_token, owner, expected_token + 1]
+    )
+    now = timezone.now()
+    created, running = RunStatus.CREATED.value, RunStatus.RUNNING.value
     params = [
         run_id,
         *params,
@@ -332,9 +347,10 @@ def ledger_claim(
         now,
         created,
     ]
-    row = _execute(sql, params)[1]
+    row = _execute(_claim_sql(expected_token is not None), params)[1]
     if row is None:
         return None
+    run_fields, attempt_fields = MotorRun._meta.concrete_fields, Attempt._meta.concrete_fields
     run = _hydrate(MotorRun, run_fields, row[: len(run_fields)])
     attempt = _hydrate(Attempt, attempt_fields, row[len(run_fields) :])
     return Lease(run_id=run_id, token=run.lease_token, owner=owner), run, attempt

@@ -892,16 +892,18 @@ def _first_intent(
     arguments = parse_arguments(raw_arguments)
     if not _runs_at_once(run, name, arguments):
         return None
-    return Step(
-        attempt=attempt,
-        iteration=attempt.iteration + 1,
-        call_index=0,
-        tool_call_id=str(call["id"]),
-        tool=name[:64],
-        arguments=arguments,
-        model=model,
-        reasoning=str(stored.get("content") or ""),
-        lease_token=lease.token,
+    reasoning = str(stored.get("content") or "")
+    return _intent_step(
+        lease,
+        attempt,
+        0,
+        call,
+        name,
+        arguments,
+        raw_arguments,
+        model,
+        reasoning,
+        next_iteration=True,
     )
 
 
@@ -1237,11 +1239,14 @@ def _intent_step(
     raw_arguments: str,
     model: str,
     reasoning: str,
+    *,
+    next_iteration: bool = False,
 ) -> Step:
-    """The Step row (unsaved, state intent) of a call about to be decided on or run."""
+    """The Step row (unsaved, state intent) of a call about to be decided on or run; with
+    `next_iteration`, of a reply not recorded yet (its iteration is the attempt's next)."""
     return Step(
         attempt=attempt,
-        iteration=attempt.iteration,
+        iteration=attempt.iteration + 1 if next_iteration else attempt.iteration,
         call_index=call_index,
         tool_call_id=str(call["id"]),
         tool=name[:64],

@@ -145,7 +145,7 @@ def test_a_worker_process_loads_the_runtime_when_it_starts(settings):
 
     from celery.signals import worker_process_init, worker_ready
 
-    from runs.services import _default_client
+    from runs.services import _client_cache, _default_client
     from runs.signals import warm_runtime_on_worker_start
 
     settings.LLM_BASE_URL = "http://warm.test/v1"
@@ -153,8 +153,10 @@ def test_a_worker_process_loads_the_runtime_when_it_starts(settings):
     assert receivers.count(warm_runtime_on_worker_start) == 2
     # when it runs, then the sandbox's tools are loaded and the LLM client for these settings
     # is built once and kept
+    _client_cache.clear()
     warm_runtime_on_worker_start()
     assert "sandbox.tools" in sys.modules
+    assert list(_client_cache) == [f"http://warm.test/v1|{settings.LLM_API_KEY}"]
     client = _default_client()
     assert str(client.base_url) == "http://warm.test/v1/"
-    assert _default_client() is client
+    assert _default_client() is client is _client_cache[list(_client_cache)[0]]
