@@ -14,6 +14,9 @@ Each function raises LeaseLost, having changed nothing, when the slice's token i
 
 from __future__ import annotations
 
+import contextlib
+import zlib
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -347,7 +350,12 @@ def ledger_claim(
         now,
         created,
     ]
-    row = _execute(_claim_sql(expected_token is not None), params)[1]
+    sql = _claim_sql(expected_token is not None)
+    # A run's first message (token 0) may come while run_start is still committing the run.
+    if expected_token == 0:
+        row = _execute_after_creation(run_id, sql, params)[1]
+    else:
+        row = _execute(sql, params)[1]
     if row is None:
         return None
     run_fields, attempt_fields = MotorRun._meta.concrete_fields, Attempt._meta.concrete_fields
@@ -416,12 +424,18 @@ def _start(run: MotorRun, *, actor: str) -> None:
     )
 
 
-def ledger_insert(*objects: Any) -> None:
+def ledger_insert(*objects: Any, announce: Callable[[], None] | None = None) -> None:
     """Insert unsaved model instances whose primary keys are set or generated, all or none.
 
     Outside a transaction on PostgreSQL one statement (a data-modifying CTE per row), whose
     foreign keys are checked when it ends; otherwise the ORM's inserts in one transaction (or
     savepoint), whose foreign keys are checked when the outermost transaction commits.
+
+    `announce` (the first object must be the new MotorRun) tells a worker about the run. It
+    runs once the rows are sure to be found by the worker it reaches, and not at all when they
+    are refused: on commit in general; outside a transaction on PostgreSQL once the rows are
+    written and before their commit, under the run's creation lock (see `_insert_announced`),
+    so the worker is on its way while the commit is flushed.
     """
     connection = connections[DEFAULT_DB_ALIAS]
     if not _single_statement(None) or connection.in_atomic_block:
@@ -429,6 +443,8 @@ def ledger_insert(*objects: Any) -> None:
         with transaction.atomic():
             for obj in objects:
                 obj.save(force_insert=True)
+        if announce is not None:
+            transaction.on_commit(announce)
         return
     parts: list[str] = []
     params: list[Any] = []
@@ -448,7 +464,86 @@ def ledger_insert(*objects: Any) -> None:
     *head, last = parts
     ctes = ", ".join(f"i{index} AS ({part})" for index, part in enumerate(head))
     sql = f"WITH {ctes} {last}" if ctes else last
-    _execute(sql, params)
+    if announce is None:
+        _execute(sql, params)
+    else:
+        _insert_announced(objects[0].pk, sql, params, announce)
     for obj in objects:
         obj._state.adding = False
         obj._state.db = DEFAULT_DB_ALIAS
+
+
+# --- a run's creation and its first message ------------------------------------------------------
+
+#: first key of the advisory lock a run's creation holds until its commit (the second key is
+#: derived from the run id, `_creation_key`)
+CREATION_LOCK = 0x6D63
+#: a creating transaction left idle this long (its announcement stuck) is ended by PostgreSQL,
+#: which releases a worker waiting for it; the creation then fails and nothing is created
+CREATION_IDLE_TIMEOUT = "10s"
+
+
+_TAKE_CREATION_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
+_AWAIT_CREATION = "SELECT pg_advisory_xact_lock_shared(%s, %s)"
+
+
+def _creation_key(run_id: str) -> int:
+    """The run's creation lock's second key: a signed 32-bit hash of its id (two runs that share
+    one only make a first claim wait for the other's commit, never for longer)."""
+    return zlib.crc32(run_id.encode()) - 2**31
+
+
+def _insert_announced(
+    run_id: str, sql: str, params: list[Any], announce: Callable[[], None]
+) -> None:
+    """Insert a new run with `sql`, call `announce` (its first message), then commit, so that
+    the worker's wake-up overlaps the commit.
+
+    One round trip opens the transaction, takes the run's creation lock and inserts, with the
+    foreign keys checked at once: a refused run (unknown agent, agent busy) fails before it is
+    announced. A first claim (`ledger_claim` for token 0) waits for the creation lock before
+    it reads, so it finds the run once committed, or nothing (and drops the message) if the
+    commit fails or the creator dies before it.
+    """
+    connection = connections[DEFAULT_DB_ALIAS]
+    connection.ensure_connection()
+    conn = connection.connection
+    with connection.wrap_database_errors, psycopg.Cursor(conn) as cursor:
+        try:
+            with conn.pipeline():
+                cursor.execute("BEGIN")
+                cursor.execute(
+                    f"SET LOCAL idle_in_transaction_session_timeout = '{CREATION_IDLE_TIMEOUT}'"
+                )
+                cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+                cursor.execute(
+                    _TAKE_CREATION_LOCK, [CREATION_LOCK, _creation_key(run_id)], prepare=True
+                )
+                cursor.execute(sql, params, prepare=True)
+            announce()
+            cursor.execute("COMMIT")
+        except BaseException:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    cursor.execute("ROLLBACK")
+            raise
+
+
+def _execute_after_creation(run_id: str, sql: str, params: list[Any]) -> tuple[int, Any]:
+    """`_execute`, once the run's creation (if still in progress) has ended: a shared wait on its
+    creation lock and the statement, sent together (one round trip) in one transaction, whose
+    statement reads after the wait and so sees the run if its creation committed."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    connection.ensure_connection()
+    conn = connection.connection
+    with (
+        connection.wrap_database_errors,
+        psycopg.Cursor(conn) as wait,
+        psycopg.Cursor(conn) as cursor,
+    ):
+        with conn.pipeline():
+            wait.execute(_AWAIT_CREATION, [CREATION_LOCK, _creation_key(run_id)], prepare=True)
+            cursor.execute(sql, params, prepare=True)
+        result = cursor.pgresult
+        row = cursor.fetchone() if result is not None and result.nfields else None
+        return cursor.rowcount, row

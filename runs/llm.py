@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable, Sequence
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +21,8 @@ import openai
 from django.conf import settings
 
 from runs.errors import LLMUnavailable
+
+logger = logging.getLogger(__name__)
 
 
 class ModelRole(enum.StrEnum):
@@ -44,10 +48,43 @@ def llm_timeout() -> httpx.Timeout:
     return httpx.Timeout(total, connect=min(10.0, total))
 
 
+# The `on_sent` callback of the `llm_chat` call in progress on this thread.
+_sending = threading.local()
+
+
+def _traced(request: httpx.Request) -> None:
+    """httpx request hook: ask the connection to report when the request has been written, so
+    `llm_chat` can tell its caller the model is now at work (httpcore's `trace` extension)."""
+    callback = getattr(_sending, "callback", None)
+    if callback is None:
+        return
+    earlier = request.extensions.get("trace")
+
+    def trace(event: str, info: dict[str, Any]) -> None:
+        if earlier is not None:
+            earlier(event, info)
+        if event.endswith("send_request_body.complete"):
+            callback()
+
+    request.extensions["trace"] = trace
+
+
+def report_sent(http_client: httpx.Client) -> httpx.Client:
+    """`http_client` with the request hook that tells `llm_chat`'s `on_sent` when a request has
+    been written (clients from `llm_client` have it; a transport that is not httpcore's must
+    call the request's `trace` extension itself, as the scripted test transport does)."""
+    hooks = http_client.event_hooks
+    if _traced not in hooks["request"]:
+        http_client.event_hooks = {**hooks, "request": [*hooks["request"], _traced]}
+    return http_client
+
+
 def llm_client(*, http_client: httpx.Client | None = None) -> openai.OpenAI:
     """An OpenAI-compatible client configured from settings.
 
-    `http_client` lets callers supply a transport (the scripted and replay providers do).
+    `http_client` lets callers supply a transport (the scripted and replay providers do); it
+    gets the request hook that reports when a request has been sent (see `llm_chat`'s
+    `on_sent`).
     """
     return openai.OpenAI(
         base_url=settings.LLM_BASE_URL or None,
@@ -55,7 +92,7 @@ def llm_client(*, http_client: httpx.Client | None = None) -> openai.OpenAI:
         api_key=settings.LLM_API_KEY or "unset",
         timeout=llm_timeout(),
         max_retries=int(getattr(settings, "LLM_MAX_RETRIES", 2)),
-        http_client=http_client,
+        http_client=report_sent(http_client or openai.DefaultHttpxClient()),
     )
 
 
@@ -93,12 +130,41 @@ def llm_chat(
     messages: Sequence[dict[str, Any]],
     tools: Sequence[dict[str, Any]] = (),
     role: ModelRole = ModelRole.MOTOR,
+    on_sent: Callable[[], None] | None = None,
 ) -> LLMReply:
-    """One chat completion. Raises LLMUnavailable once the client's retries are spent."""
+    """One chat completion. Raises LLMUnavailable once the client's retries are spent.
+
+    `on_sent` is called once, in this thread: as soon as the request has been written to the
+    server when the client comes from `llm_client` (its first try), otherwise — or when the
+    request never went out — when the call returns or fails. Work meant for the model's
+    thinking time starts there, so it does not hold up the request itself.
+    """
     model = model_for_role(role)
     kwargs: dict[str, Any] = {"model": model, "messages": list(messages)}
     if tools:
         kwargs["tools"] = list(tools)
+    if on_sent is None:
+        return _chat(client, kwargs, model)
+    fired = False
+
+    def once() -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            try:
+                on_sent()
+            except Exception:  # the request must not fail for it: it may run inside the send
+                logger.exception("the LLM request's on_sent callback failed")
+
+    _sending.callback = once
+    try:
+        return _chat(client, kwargs, model)
+    finally:
+        _sending.callback = None
+        once()
+
+
+def _chat(client: openai.OpenAI, kwargs: dict[str, Any], model: str) -> LLMReply:
     try:
         # The plain POST of `chat.completions.create`, with the body serialized here and the
         # answer read here: the typed path walks every message through the request schema,

@@ -406,10 +406,9 @@ def run_start(
             messages=[{"role": "user", "content": task}],
         )
         event = RunEvent(run=run, from_status="", to_status=run.status, actor=actor, detail={})
-        # one statement on PostgreSQL, whose foreign key checks that the agent exists
-        ledger_insert(run, attempt, event)
-        # The message first: the worker starts while the fast-path key is extended.
-        transaction.on_commit(lambda: _enqueue_step(run_id, 0))
+        # The first message goes out with the insert (see ledger_insert), whose foreign key
+        # checks that the agent exists; the fast-path key is extended once it committed.
+        ledger_insert(run, attempt, event, announce=lambda: _enqueue_step(run_id, 0))
         transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
     except IntegrityError as exc:
         if reserved:
@@ -655,12 +654,12 @@ def _run_iteration(
     if not pending:
         if attempt.iteration >= attempt.max_iterations:
             return _fail_budget(lease, run, attempt, actor=actor)
-        if run.tools:
-            # A run granted sandbox tools gets its session while the model thinks: the first
-            # call then finds it open instead of waiting for the sandbox to start.
-            slot.prewarm()
+        # A run granted sandbox tools gets its session while the model thinks: the first call
+        # then finds it open instead of waiting for the sandbox to start. It starts once the
+        # request is out: starting a sandbox forks this process, which would otherwise hold up
+        # the request's own work (the interpreter lock) by milliseconds.
         release_db_connection()
-        reply = _call_llm(run, attempt, client)
+        reply = _call_llm(run, attempt, client, on_sent=slot.prewarm if run.tools else None)
         if isinstance(reply, LLMUnavailable):
             return _fail_locked(
                 lease,
@@ -708,7 +707,11 @@ def _run_iteration(
 
 
 def _call_llm(
-    run: MotorRun, attempt: Attempt, client: openai.OpenAI | None
+    run: MotorRun,
+    attempt: Attempt,
+    client: openai.OpenAI | None,
+    *,
+    on_sent: Callable[[], None] | None = None,
 ) -> LLMReply | LLMUnavailable:
     system = build_system_prompt(
         task=run.task,
@@ -726,6 +729,7 @@ def _call_llm(
                 run.tools, synthetic=not run.review, save_credential=_save_offered(run)
             ),
             role=ModelRole.MOTOR,
+            on_sent=on_sent,
         )
     except LLMUnavailable as exc:
         return exc

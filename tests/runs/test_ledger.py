@@ -5,9 +5,14 @@ Both forms must leave the same rows, and both must refuse a stale token having c
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
+import psycopg
 import pytest
+from django.db import IntegrityError, OperationalError, connection, connections
+from django.utils import timezone
 
 from runs.errors import LeaseLost
 from runs.lease import lease_claim
@@ -15,10 +20,11 @@ from runs.ledger import (
     _claim_orm,
     ledger_add_intent,
     ledger_claim,
+    ledger_insert,
     ledger_record_reply,
     ledger_record_result,
 )
-from runs.models import Attempt, MotorRun, RunEvent, Step, StepState
+from runs.models import Attempt, MotorRun, RunEvent, Step, StepState, new_run_id
 from runs.services import run_start
 from tests.runs.helpers import snapshot
 
@@ -180,3 +186,125 @@ def test_a_claim_for_a_served_message_or_a_live_lease_changes_nothing(agent, sin
     assert claim(run_id=run_id, owner="b", expected_token=None, actor="worker:b") is None
     # then nothing changed: no token, no audit row, no count
     assert snapshot(run_id) == before
+
+
+# --- a run's creation, announced before its commit ---------------------------------------------
+
+
+def _unsaved_run(agent_id: int) -> tuple[MotorRun, Attempt, RunEvent]:
+    run = MotorRun(id=new_run_id(), agent_id=agent_id, task="t", idle_since=timezone.now())
+    attempt = Attempt(
+        run=run, index=0, max_iterations=20, messages=[{"role": "user", "content": "t"}]
+    )
+    event = RunEvent(run=run, from_status="", to_status=run.status, actor="t", detail={})
+    return run, attempt, event
+
+
+def _announce_to_a_worker(run_id: str, seen: dict[str, Any]) -> Callable[[], None]:
+    """An announcement that starts a first claim in another thread (its own connection) and
+    gives it time to reach the database before the creation goes on."""
+
+    def claim() -> None:
+        try:
+            seen["claimed"] = ledger_claim(
+                run_id=run_id, owner="w", expected_token=0, actor="worker:w"
+            )
+        finally:
+            connections.close_all()
+
+    def announce() -> None:
+        seen["worker"] = threading.Thread(target=claim)
+        seen["worker"].start()
+        seen["worker"].join(timeout=0.5)
+        seen["answered_before_commit"] = "claimed" in seen
+
+    return announce
+
+
+def _rows_of(run_id: str) -> tuple[int, int, int]:
+    return (
+        MotorRun.objects.filter(pk=run_id).count(),
+        Attempt.objects.filter(run_id=run_id).count(),
+        RunEvent.objects.filter(run_id=run_id).count(),
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_first_claim_during_the_creation_waits_for_its_commit_and_starts_the_run(agent):
+    # given a run whose first message reaches a worker before its rows are committed
+    run, attempt, event = _unsaved_run(agent.pk)
+    seen: dict[str, Any] = {}
+    # when it is created, announcing itself while the worker claims it
+    ledger_insert(run, attempt, event, announce=_announce_to_a_worker(run.pk, seen))
+    seen["worker"].join(timeout=30)
+    # then the claim did not answer while the creation was open, and then found and started it
+    assert seen["answered_before_commit"] is False
+    assert seen["claimed"] is not None
+    lease, claimed_run, claimed_attempt = seen["claimed"]
+    assert (lease.token, claimed_run.status, claimed_run.lease_owner) == (1, "running", "w")
+    assert (claimed_attempt.run_id, claimed_attempt.index) == (run.pk, 0)
+    assert MotorRun.objects.get(pk=run.pk).status == "running"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("refusal", ["unknown agent", "agent busy"])
+def test_a_refused_creation_is_never_announced(make_agent, refusal):
+    # given a creation the database refuses: its agent does not exist, or already has an
+    # active run
+    if refusal == "agent busy":
+        agent = make_agent()
+        run_start(agent_id=agent.pk, task="first", actor="t")
+        agent_id = agent.pk
+    else:
+        agent_id = 987654
+    run, attempt, event = _unsaved_run(agent_id)
+    announced: list[str] = []
+    # when it is created, then it fails with the database's refusal before any announcement,
+    # nothing was written, and the connection is usable and outside any transaction
+    with pytest.raises(IntegrityError):
+        ledger_insert(run, attempt, event, announce=lambda: announced.append(run.pk))
+    assert announced == []
+    assert _rows_of(run.pk) == (0, 0, 0)
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_creation_that_dies_after_its_announcement_leaves_nothing_for_the_worker(agent):
+    # given a creation announced to a worker, whose database session then ends before the
+    # commit (the creating process died or lost its connection)
+    run, attempt, event = _unsaved_run(agent.pk)
+    seen: dict[str, Any] = {}
+    announce_to_worker = _announce_to_a_worker(run.pk, seen)
+    creator = connection.connection.info.backend_pid
+
+    def announce() -> None:
+        announce_to_worker()
+        with psycopg.connect(connection.connection.info.dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", [creator])
+
+    # when it tries to commit, then it fails, the worker found nothing to claim, and nothing
+    # was written
+    with pytest.raises(OperationalError):
+        ledger_insert(run, attempt, event, announce=announce)
+    seen["worker"].join(timeout=30)
+    assert seen["answered_before_commit"] is False
+    assert seen["claimed"] is None
+    connection.close()
+    assert _rows_of(run.pk) == (0, 0, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_announcement_that_fails_creates_nothing(agent):
+    # given a creation whose announcement cannot be sent (the broker is down)
+    run, attempt, event = _unsaved_run(agent.pk)
+
+    def announce() -> None:
+        raise ConnectionError("broker unreachable")
+
+    # when it is created, then the error reaches the caller and nothing was written
+    with pytest.raises(ConnectionError, match="broker unreachable"):
+        ledger_insert(run, attempt, event, announce=announce)
+    assert _rows_of(run.pk) == (0, 0, 0)
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    # and the agent can start a run right away
+    assert run_start(agent_id=agent.pk, task="again", actor="t")["status"] == "created"

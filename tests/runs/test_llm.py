@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import httpx
 import openai
 import pytest
 
 from runs.errors import LLMUnavailable
-from runs.llm import ModelRole, llm_chat, llm_client, model_for_role
+from runs.llm import ModelRole, llm_chat, llm_client, model_for_role, report_sent
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 
 
@@ -160,3 +162,88 @@ def test_a_worker_process_loads_the_runtime_when_it_starts(settings):
     client = _default_client()
     assert str(client.base_url) == "http://warm.test/v1/"
     assert _default_client() is client is _client_cache[list(_client_cache)[0]]
+
+
+def test_on_sent_fires_once_when_the_request_is_written_before_the_answer(
+    settings, llm_stub_server
+):
+    # given a real OpenAI-compatible server that holds its answer, and the settings' client
+    settings.LLM_BASE_URL = llm_stub_server.base_url
+    gate = llm_stub_server.add_gated(reply_text("done"))
+    sent: list[int] = []
+    result: dict[str, object] = {}
+
+    def call() -> None:
+        result["reply"] = llm_chat(
+            client=llm_client(),
+            messages=[{"role": "user", "content": "x"}],
+            on_sent=lambda: sent.append(len(llm_stub_server.requests)),
+        )
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    try:
+        # when the request has gone out, then on_sent has run while the answer is still held
+        deadline = time.monotonic() + 10
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert sent and "reply" not in result
+    finally:
+        gate.set()
+        thread.join(timeout=30)
+    # and the call completes with it having run exactly once
+    assert result["reply"].content == "done"  # type: ignore[attr-defined]
+    assert len(sent) == 1
+
+
+def test_on_sent_fires_when_the_call_ends_if_the_transport_cannot_report(settings):
+    # given a client whose transport never reports a written request (no request hook)
+    settings.LLM_MOTOR_MODEL = "m"
+    order: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        order.append("answered")
+        return httpx.Response(200, json=reply_text("fine"))
+
+    client = openai.OpenAI(
+        base_url="http://llm.test/v1",
+        api_key="t",
+        max_retries=0,
+        http_client=httpx.Client(transport=httpx.MockTransport(handle)),
+    )
+    # when a call is made, then on_sent runs once, after the answer came back
+    llm_chat(
+        client=client,
+        messages=[{"role": "user", "content": "x"}],
+        on_sent=lambda: order.append("sent"),
+    )
+    assert order == ["answered", "sent"]
+
+
+def test_on_sent_fires_once_across_retries_and_never_fails_the_request(settings):
+    # given a reporting transport that fails once with 503, and an on_sent that raises
+    settings.LLM_MOTOR_MODEL = "m"
+    calls: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        request.extensions["trace"]("http11.send_request_body.complete", {})
+        calls.append("request")
+        if calls.count("request") == 1:
+            return httpx.Response(503, json={"error": {"message": "busy"}})
+        return httpx.Response(200, json=reply_text("fine"))
+
+    def on_sent() -> None:
+        calls.append("sent")
+        raise RuntimeError("cannot start a thread")
+
+    client = openai.OpenAI(
+        base_url="http://llm.test/v1",
+        api_key="t",
+        max_retries=2,
+        http_client=report_sent(httpx.Client(transport=httpx.MockTransport(handle))),
+    )
+    # when the call is retried once, then on_sent ran once, at the first write, and the call
+    # still succeeded
+    reply = llm_chat(client=client, messages=[{"role": "user", "content": "x"}], on_sent=on_sent)
+    assert reply.content == "fine"
+    assert calls == ["sent", "request", "request"]
