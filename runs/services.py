@@ -14,8 +14,10 @@ import enum
 import logging
 import re
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypedDict
@@ -143,10 +145,12 @@ class SliceOutcome(enum.StrEnum):
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _enqueue_step(run_id: str, token: int) -> None:
-    """Wake a worker for the run; `token` is the lease token the message is meant for."""
+def _enqueue_step(run_id: str, token: int, ahead: dict[str, Any] | None = None) -> None:
+    """Wake a worker for the run; `token` is the lease token the message is meant for, `ahead`
+    what a new run's first LLM request is made of (see `FirstCallAhead`)."""
     queue = getattr(settings, "MOTOR_RUN_QUEUE", "") or None
-    run_step_task.apply_async(args=[run_id, token], queue=queue)
+    kwargs = {"ahead": ahead} if ahead is not None else {}
+    run_step_task.apply_async(args=[run_id, token], kwargs=kwargs, queue=queue)
 
 
 def _event(run: MotorRun, *, from_status: str, actor: str, **detail: object) -> None:
@@ -406,9 +410,10 @@ def run_start(
             messages=[{"role": "user", "content": task}],
         )
         event = RunEvent(run=run, from_status="", to_status=run.status, actor=actor, detail={})
+        ahead = FirstCallAhead.inputs(run)
         # The first message goes out with the insert (see ledger_insert), whose foreign key
         # checks that the agent exists; the fast-path key is extended once it committed.
-        ledger_insert(run, attempt, event, announce=lambda: _enqueue_step(run_id, 0))
+        ledger_insert(run, attempt, event, announce=lambda: _enqueue_step(run_id, 0, ahead))
         transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
     except IntegrityError as exc:
         if reserved:
@@ -446,9 +451,14 @@ def run_step(
     owner: str | None = None,
     client: openai.OpenAI | None = None,
     credentials: Callable[[MotorRun], dict[str, str]] | None = None,
+    ahead: dict[str, Any] | None = None,
 ) -> SliceOutcome:
     """Advance `run_id` by one slice: iterations (one LLM call and the tool calls it asks for)
     until the run pauses or ends, or MOTOR_SLICE_SECONDS have passed.
+
+    `ahead` (a new run's first message carries it, see `FirstCallAhead`) lets the first LLM
+    request go out while the run is claimed; its answer is used only if the claimed run asks
+    exactly that request.
 
     Safe to call any number of times for the same run (redelivery, duplicates): the lease lets
     one slice write, and the Step ledger means a recorded tool call never runs again.
@@ -461,6 +471,7 @@ def run_step(
     its next fenced write.
     """
     owner = owner or default_owner()
+    early = FirstCallAhead.start(ahead, client) if ahead and expected_token == 0 else None
     _close_sessions_of_finished_runs(current=run_id)
     # The claim, for a new run its start, and the reads of the run and its attempt: one write.
     actor = f"worker:{owner}"
@@ -468,6 +479,8 @@ def run_step(
         run_id=run_id, owner=owner, expected_token=expected_token, actor=actor
     ) or ledger_take_over(run_id=run_id, owner=owner, expected_token=expected_token, actor=actor)
     if claimed is None:
+        if early is not None:
+            early.drop()
         exists = MotorRun.objects.filter(pk=run_id).exists()
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
     lease, run, attempt = claimed
@@ -476,9 +489,13 @@ def run_step(
         # one resolution per slice: the missing-credential check, the reply's redaction and each
         # tool call all need the same values
         resolve = _resolved_once(credentials or _resolve_credentials)
-        outcome = _run_slice(lease, run, attempt, owner=owner, client=client, credentials=resolve)
+        outcome = _run_slice(
+            lease, run, attempt, owner=owner, client=client, credentials=resolve, early=early
+        )
         return outcome
     finally:
+        if early is not None:
+            early.drop()
         # The session stays warm while the run goes on (or waits for an answer); it ends with
         # the run, when this slice lost the lease, and when the slice failed unexpectedly.
         if outcome not in (SliceOutcome.CONTINUED, SliceOutcome.PAUSED):
@@ -519,6 +536,7 @@ def _run_slice(
     owner: str,
     client: openai.OpenAI | None,
     credentials: Callable[[MotorRun], dict[str, str]] | None,
+    early: FirstCallAhead | None = None,
 ) -> SliceOutcome:
     """One slice on the claimed `run` and its current `attempt` (as the claim returned them).
 
@@ -574,7 +592,9 @@ def _run_slice(
                 credentials=credentials,
                 actor=actor,
                 slice_ends_at=slice_ends_at,
+                early=early,
             )
+            early = None  # only ever the slice's first LLM call
             if outcome is not None:
                 return outcome
             if time.time() > deadline:
@@ -634,9 +654,11 @@ def _run_iteration(
     credentials: Callable[[MotorRun], dict[str, str]] | None,
     actor: str,
     slice_ends_at: float,
+    early: FirstCallAhead | None = None,
 ) -> SliceOutcome | None:
     """One iteration of the loop: the LLM call when no requested call is pending, then the
     pending tool calls in order. None: the iteration is recorded and the slice may go on.
+    `early`: that LLM call, made ahead of the claim, used if it is the one this run asks.
 
     Once the slice's time is up (`slice_ends_at`, time.monotonic()) when the iteration's last
     result is recorded, that same commit releases the lease and queues the next slice, and the
@@ -659,7 +681,12 @@ def _run_iteration(
         # request is out: starting a sandbox forks this process, which would otherwise hold up
         # the request's own work (the interpreter lock) by milliseconds.
         release_db_connection()
-        reply = _call_llm(run, attempt, client, on_sent=slot.prewarm if run.tools else None)
+        reply = early.take(run, attempt) if early is not None else None
+        if reply is not None:
+            if run.tools:
+                slot.prewarm()
+        else:
+            reply = _call_llm(run, attempt, client, on_sent=slot.prewarm if run.tools else None)
         if isinstance(reply, LLMUnavailable):
             return _fail_locked(
                 lease,
@@ -706,13 +733,10 @@ def _run_iteration(
     return None
 
 
-def _call_llm(
-    run: MotorRun,
-    attempt: Attempt,
-    client: openai.OpenAI | None,
-    *,
-    on_sent: Callable[[], None] | None = None,
-) -> LLMReply | LLMUnavailable:
+def _llm_request(
+    run: MotorRun, attempt: Attempt
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The messages and tool schemas of the run's next LLM call."""
     system = build_system_prompt(
         task=run.task,
         granted_tools=run.tools,
@@ -721,18 +745,133 @@ def _call_llm(
     )
     # The model gets older tool results shortened; the attempt keeps every result in full.
     messages = [{"role": "system", "content": system}, *compact_messages(attempt.messages)]
+    tools = offered_schemas(run.tools, synthetic=not run.review, save_credential=_save_offered(run))
+    return messages, tools
+
+
+def _call_llm(
+    run: MotorRun,
+    attempt: Attempt,
+    client: openai.OpenAI | None,
+    *,
+    on_sent: Callable[[], None] | None = None,
+) -> LLMReply | LLMUnavailable:
+    messages, tools = _llm_request(run, attempt)
+    return _chat(messages, tools, client, on_sent=on_sent)
+
+
+def _chat(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    client: openai.OpenAI | None,
+    *,
+    on_sent: Callable[[], None] | None = None,
+) -> LLMReply | LLMUnavailable:
     try:
         return llm_chat(
             client=client or _default_client(),
             messages=messages,
-            tools=offered_schemas(
-                run.tools, synthetic=not run.review, save_credential=_save_offered(run)
-            ),
+            tools=tools,
             role=ModelRole.MOTOR,
             on_sent=on_sent,
         )
     except LLMUnavailable as exc:
         return exc
+
+
+#: characters of task and skill instructions above which a new run's first message does not
+#: carry them (its first LLM request then waits for the claim)
+FIRST_CALL_AHEAD_MAX_CHARS = 32_000
+#: helper threads per worker process sending first requests ahead (one waits out a request)
+FIRST_CALL_AHEAD_THREADS = 16
+
+
+class FirstCallAhead:
+    """A new run's first LLM request, sent while the worker claims the run.
+
+    The first message of a run (token 0) carries what that request is made of — the task, the
+    granted tools, the skill instructions and what decides the offered tools; never a credential,
+    and not at all for runs with credentials, whose first step may be to ask for them. The
+    worker sends the request from a helper thread and claims the run meanwhile; the slice then
+    uses the answer only if the claimed run's next request is exactly that one (a run that was
+    cancelled, or whose message came again after it moved on, asks something else or nothing),
+    and otherwise drops it and asks the model itself. The cost of a drop is one unused LLM call.
+    """
+
+    _pool: ThreadPoolExecutor | None = None
+    _pool_lock = threading.Lock()
+
+    def __init__(self, request: tuple[list[dict[str, Any]], list[dict[str, Any]]]) -> None:
+        self.request = request
+        self.future: Future[LLMReply | LLMUnavailable] | None = None
+
+    @staticmethod
+    def inputs(run: MotorRun) -> dict[str, Any] | None:
+        """What the first message of the new `run` carries, or None (see the class)."""
+        if (
+            run.credential_names
+            or len(run.task) + len(run.skill_instructions) > FIRST_CALL_AHEAD_MAX_CHARS
+        ):
+            return None
+        return {
+            "task": run.task,
+            "tools": list(run.tools),
+            "skill_instructions": run.skill_instructions,
+            "review": run.review,
+            "skill_id": run.skill_id,
+            "workspace": run.workspace,
+        }
+
+    @classmethod
+    def start(cls, ahead: dict[str, Any], client: openai.OpenAI | None) -> FirstCallAhead | None:
+        """Send the request `ahead` describes from a helper thread; None if it is malformed."""
+        try:
+            run = MotorRun(
+                task=str(ahead["task"]),
+                tools=[str(name) for name in ahead["tools"]],
+                skill_instructions=str(ahead["skill_instructions"]),
+                review=bool(ahead["review"]),
+                skill_id=ahead["skill_id"],
+                workspace=str(ahead["workspace"]),
+            )
+        except (KeyError, TypeError):
+            logger.warning("a run's first message carried a malformed first request; ignored")
+            return None
+        attempt = Attempt(messages=[{"role": "user", "content": run.task}])
+        early = cls(_llm_request(run, attempt))
+        early.future = cls._executor().submit(_chat, *early.request, client)
+        return early
+
+    @classmethod
+    def _executor(cls) -> ThreadPoolExecutor:
+        with cls._pool_lock:
+            if cls._pool is None:
+                cls._pool = ThreadPoolExecutor(
+                    max_workers=FIRST_CALL_AHEAD_THREADS, thread_name_prefix="motor-first-call"
+                )
+            return cls._pool
+
+    @classmethod
+    def warm(cls) -> None:
+        """Start a helper thread now, not on the first run's time."""
+        cls._executor().submit(int).result()
+
+    def take(self, run: MotorRun, attempt: Attempt) -> LLMReply | LLMUnavailable | None:
+        """The answer, if the request sent ahead is the one `run` asks now; else None (dropped)."""
+        future, self.future = self.future, None
+        if future is None:
+            return None
+        if future.cancel():  # its thread had not even started: asking now is no slower
+            return None
+        if _llm_request(run, attempt) != self.request:
+            return None
+        return future.result()
+
+    def drop(self) -> None:
+        """Not needed: a request already sent finishes in its thread and its answer is lost."""
+        future, self.future = self.future, None
+        if future is not None:
+            future.cancel()
 
 
 _client_cache: dict[str, openai.OpenAI] = {}
@@ -761,6 +900,7 @@ def runtime_warm() -> None:
 
     sandbox_tools.tool_schemas(list(sandbox_tools.TOOL_NAMES))
     _default_client()
+    FirstCallAhead.warm()
 
 
 def _default_client() -> openai.OpenAI:

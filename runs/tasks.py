@@ -14,11 +14,12 @@ from celery import shared_task
     reject_on_worker_lost=True,
     ignore_result=True,
 )
-def run_step_task(run_id: str, token: int | None = None) -> str:
-    """Advance one run by one iteration. A missing, finished or already served run is a no-op."""
+def run_step_task(run_id: str, token: int | None = None, ahead: dict | None = None) -> str:  # type: ignore[type-arg]
+    """Advance one run by one slice. A missing, finished or already served run is a no-op.
+    `ahead`: a new run's first LLM request, sent while the run is claimed (services)."""
     from runs.services import run_step
 
-    return run_step(run_id=run_id, expected_token=token).value
+    return run_step(run_id=run_id, expected_token=token, ahead=ahead).value
 
 
 @shared_task(name="runs.run_reap", ignore_result=True)
