@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import re
 import socket
 import threading
@@ -854,7 +855,14 @@ class FirstCallAhead:
     @classmethod
     def warm(cls) -> None:
         """Start a helper thread now, not on the first run's time."""
-        cls._executor().submit(int).result()
+        cls._executor().submit(int)
+
+    @classmethod
+    def _forget_pool(cls) -> None:
+        """In a forked child (a prefork pool process): the parent's helper threads do not exist
+        here, and its executor would count them as idle and never start one."""
+        cls._pool = None
+        cls._pool_lock = threading.Lock()
 
     def take(self, run: MotorRun, attempt: Attempt) -> LLMReply | LLMUnavailable | None:
         """The answer, if the request sent ahead is the one `run` asks now; else None (dropped)."""
@@ -901,6 +909,9 @@ def runtime_warm() -> None:
     sandbox_tools.tool_schemas(list(sandbox_tools.TOOL_NAMES))
     _default_client()
     FirstCallAhead.warm()
+
+
+os.register_at_fork(after_in_child=FirstCallAhead._forget_pool)
 
 
 def _default_client() -> openai.OpenAI:

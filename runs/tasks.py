@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import shared_task
 
 
 @shared_task(
     name="runs.run_step",
+    bind=True,
     acks_late=True,
     # Safe because a slice is idempotent by construction: it reads the ledger in the database,
     # holds a fenced lease, and never re-runs a recorded tool call. Poison slices are capped by
@@ -14,11 +17,19 @@ from celery import shared_task
     reject_on_worker_lost=True,
     ignore_result=True,
 )
-def run_step_task(run_id: str, token: int | None = None, ahead: dict | None = None) -> str:  # type: ignore[type-arg]
+def run_step_task(
+    self: Any, run_id: str, token: int | None = None, ahead: dict[str, Any] | None = None
+) -> str:
     """Advance one run by one slice. A missing, finished or already served run is a no-op.
-    `ahead`: a new run's first LLM request, sent while the run is claimed (services)."""
+
+    `ahead`: a new run's first LLM request, sent while the run is claimed (services). Not for a
+    message the broker delivers again (its worker died): that run has most likely moved on, and
+    the request would only be an unused LLM call.
+    """
     from runs.services import run_step
 
+    if ahead is not None and (self.request.delivery_info or {}).get("redelivered"):
+        ahead = None
     return run_step(run_id=run_id, expected_token=token, ahead=ahead).value
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Any
 
 import httpx
 import openai
@@ -13,6 +14,16 @@ import pytest
 from runs.errors import LLMUnavailable
 from runs.llm import ModelRole, llm_chat, llm_client, model_for_role, report_sent
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
+
+
+def _mock_client(handle: Any, *, retries: int) -> openai.OpenAI:
+    """The real client over an in-process transport that answers with `handle`."""
+    return openai.OpenAI(
+        base_url="http://llm.test/v1",
+        api_key="t",
+        max_retries=retries,
+        http_client=httpx.Client(transport=httpx.MockTransport(handle)),
+    )
 
 
 @pytest.mark.parametrize(
@@ -53,12 +64,7 @@ def test_transient_errors_are_retried_by_the_client(settings, scripted_llm):
             return httpx.Response(503, json={"error": {"message": "busy"}})
         return httpx.Response(200, json=reply_text("fine"))
 
-    client = openai.OpenAI(
-        base_url="http://llm.test/v1",
-        api_key="t",
-        max_retries=2,
-        http_client=httpx.Client(transport=httpx.MockTransport(handle)),
-    )
+    client = _mock_client(handle, retries=2)
     # when one chat call is made, then it succeeds on the second request
     assert llm_chat(client=client, messages=[{"role": "user", "content": "x"}]).content == "fine"
     assert len(seen) == 2
@@ -119,12 +125,7 @@ def test_the_request_is_the_chat_completions_wire_format_and_object_arguments_ar
         seen.append(request)
         return httpx.Response(200, json=answer)
 
-    client = openai.OpenAI(
-        base_url="http://llm.test/v1",
-        api_key="t",
-        max_retries=0,
-        http_client=httpx.Client(transport=httpx.MockTransport(handle)),
-    )
+    client = _mock_client(handle, retries=0)
     tools = [{"type": "function", "function": {"name": "read", "parameters": {}}}]
     # when a chat call is made
     reply = llm_chat(client=client, messages=[{"role": "user", "content": "x"}], tools=tools)
@@ -205,12 +206,7 @@ def test_on_sent_fires_when_the_call_ends_if_the_transport_cannot_report(setting
         order.append("answered")
         return httpx.Response(200, json=reply_text("fine"))
 
-    client = openai.OpenAI(
-        base_url="http://llm.test/v1",
-        api_key="t",
-        max_retries=0,
-        http_client=httpx.Client(transport=httpx.MockTransport(handle)),
-    )
+    client = _mock_client(handle, retries=0)
     # when a call is made, then on_sent runs once, after the answer came back
     llm_chat(
         client=client,
