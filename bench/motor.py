@@ -748,7 +748,7 @@ def part3(env: Env, agents: int, iterations: int, shape: str) -> list[str]:
         pool, processes, concurrency = parse_shape(shape)
         start_workers(env, pool=pool, processes=processes, concurrency=concurrency)
         say(f"measuring: {agents} x {iterations} iterations ...")
-        sampler = Sampler([w.pid for w in env.workers], env.db_name)
+        sampler = Sampler([w.pid for w in env.workers], env.db_name, prefork=pool == "prefork")
         machine_before, own_before = machine_cpu(), sum(os.times()[:2])
         started = time.time()
         ids = [
@@ -788,10 +788,16 @@ def part3(env: Env, agents: int, iterations: int, shape: str) -> list[str]:
 
 @dataclass
 class Sampler:
-    """Peak RSS of the worker processes and of their sandbox descendants, read from /proc."""
+    """Peak RSS of the worker processes and of their sandbox descendants, read from /proc.
+
+    A child of a `threads` worker that still runs the worker's own program is a fork on its way
+    to exec bwrap (a session opening): its pages are the worker's, shared copy-on-write, so its
+    RSS is counted in neither sum (a prefork worker's children are its pool processes).
+    """
 
     roots: list[int]
     db_name: str
+    prefork: bool = False
     peak_worker_kb: int = 0
     peak_sandbox_kb: int = 0
     peak_sandbox_procs: int = 0
@@ -843,9 +849,12 @@ class Sampler:
                     # worker = the worker processes and their prefork children; everything
                     # further down (bwrap, the helpers inside, even when they are python) is
                     # the sandbox
-                    if pid in self.roots or (
-                        parents.get(pid) in self.roots and comm.startswith(("python", "celery"))
-                    ):
+                    own_program = parents.get(pid) in self.roots and comm.startswith(
+                        ("python", "celery")
+                    )
+                    if own_program and not self.prefork:
+                        kind = "worker"  # a fork about to exec bwrap: CPU counted, RSS shared
+                    elif pid in self.roots or own_program:
                         worker_kb += kb
                         kind = "worker"
                     else:
@@ -923,7 +932,7 @@ def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: 
         env.stub.delay_s = 0.0
         start_workers(env, pool=pool, processes=processes, concurrency=concurrency)
         env.stub.delay_s = delay_s
-        sampler = Sampler([w.pid for w in env.workers], env.db_name)
+        sampler = Sampler([w.pid for w in env.workers], env.db_name, prefork=pool == "prefork")
         say(f"measuring: {config}, {agents} agents x {iterations} iterations, LLM {delay_s} s ...")
         ids: list[str] = []
         machine_before, own_before = machine_cpu(), sum(os.times()[:2])
