@@ -876,7 +876,9 @@ class FirstCallAhead:
         return future.result()
 
     def drop(self) -> None:
-        """Not needed: a request already sent finishes in its thread and its answer is lost."""
+        """Give the request up: one not started yet is cancelled; one already sent finishes in
+        its thread (a worker's shutdown waits for it, as for the slice that sent it) and its
+        answer is lost."""
         future, self.future = self.future, None
         if future is not None:
             future.cancel()
