@@ -2,12 +2,12 @@
 
 A slice starts with its claim (and, for a new run, the start); then each iteration writes twice:
 the model's reply with the intent of its first tool call, then the call's result (a further call
-of the same reply has an intent write of its own). Each write must first prove the slice's lease (`runs.lease.lease_fence`) and then change
-one or two rows. Through the ORM that is BEGIN, the fencing UPDATE, the writes and COMMIT, and
-most of its cost is Python building SQL. On PostgreSQL the functions here send the fencing UPDATE
-and the writes it guards as one statement — the writes are chained behind the fence in
-data-modifying CTEs, so they change nothing unless the fence matched — in autocommit: one round
-trip and one commit per write. Other databases (SQLite) get the same writes as an ORM transaction.
+of the same reply has an intent write of its own). Each write must first prove the slice's lease
+(`runs.lease.lease_fence`) and then change one or two rows. Through the ORM that is BEGIN, the
+fencing UPDATE, the writes and COMMIT, and most of its cost is Python building SQL. On PostgreSQL
+the functions here send the fencing UPDATE and the writes it guards as one statement — the
+writes are chained behind the fence in data-modifying CTEs, so they change nothing unless the
+fence matched — in autocommit: one round trip and one commit per write. Other databases (SQLite) get the same writes as an ORM transaction.
 
 Each function raises LeaseLost, having changed nothing, when the slice's token is stale.
 """
@@ -87,19 +87,33 @@ def _fence_params(lease: Lease, release: bool) -> list[Any]:
     return [*head, lease.run_id, lease.token]
 
 
-def _execute(sql: str, params: list[Any]) -> tuple[int, Any]:
+def _execute(
+    sql: str, params: list[Any], *, after_creation_of: str | None = None
+) -> tuple[int, Any]:
     """Run one of these statements on PostgreSQL; (rows affected, first returned row or None).
 
     Through psycopg's own cursor with server-side parameters, prepared once per connection
     (pooled connections keep them): these few statements run several times per iteration, and
     planning them and quoting their JSON into the SQL text would cost more than running them.
     Errors are Django's (IntegrityError, ...), as from any ORM query.
+
+    `after_creation_of` (a run id): first wait for that run's creation to end, if it is still
+    in progress (`_insert_announced`) — a shared wait on its creation lock, sent with the
+    statement in one round trip and one transaction, so the statement reads after the wait
+    and sees the run if its creation committed.
     """
     connection = connections[DEFAULT_DB_ALIAS]
     connection.ensure_connection()
+    conn = connection.connection
     # Django's connections make client-side-binding cursors; this one binds on the server.
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
+    with connection.wrap_database_errors, psycopg.Cursor(conn) as cursor:
+        if after_creation_of is None:
+            cursor.execute(sql, params, prepare=True)
+        else:
+            with conn.pipeline(), psycopg.Cursor(conn) as wait:
+                key = [CREATION_LOCK, _creation_key(after_creation_of)]
+                wait.execute(_AWAIT_CREATION, key, prepare=True)
+                cursor.execute(sql, params, prepare=True)
         # (`description` would build a column object per returned column on every call)
         result = cursor.pgresult
         row = cursor.fetchone() if result is not None and result.nfields else None
@@ -352,10 +366,7 @@ def ledger_claim(
     ]
     sql = _claim_sql(expected_token is not None)
     # A run's first message (token 0) may come while run_start is still committing the run.
-    if expected_token == 0:
-        row = _execute_after_creation(run_id, sql, params)[1]
-    else:
-        row = _execute(sql, params)[1]
+    row = _execute(sql, params, after_creation_of=run_id if expected_token == 0 else None)[1]
     if row is None:
         return None
     run_fields, attempt_fields = MotorRun._meta.concrete_fields, Attempt._meta.concrete_fields
@@ -527,23 +538,3 @@ def _insert_announced(
                 with contextlib.suppress(psycopg.Error):
                     cursor.execute("ROLLBACK")
             raise
-
-
-def _execute_after_creation(run_id: str, sql: str, params: list[Any]) -> tuple[int, Any]:
-    """`_execute`, once the run's creation (if still in progress) has ended: a shared wait on its
-    creation lock and the statement, sent together (one round trip) in one transaction, whose
-    statement reads after the wait and so sees the run if its creation committed."""
-    connection = connections[DEFAULT_DB_ALIAS]
-    connection.ensure_connection()
-    conn = connection.connection
-    with (
-        connection.wrap_database_errors,
-        psycopg.Cursor(conn) as wait,
-        psycopg.Cursor(conn) as cursor,
-    ):
-        with conn.pipeline():
-            wait.execute(_AWAIT_CREATION, [CREATION_LOCK, _creation_key(run_id)], prepare=True)
-            cursor.execute(sql, params, prepare=True)
-        result = cursor.pgresult
-        row = cursor.fetchone() if result is not None and result.nfields else None
-        return cursor.rowcount, row
