@@ -7,6 +7,7 @@ to start without SECRET_KEY and MOTOR_CREDENTIALS_KEY(_FILE).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import environ
@@ -18,6 +19,8 @@ env = environ.Env()
 _env_file = BASE_DIR / ".env"
 if _env_file.is_file():
     environ.Env.read_env(str(_env_file), overwrite=False)
+# An empty variable means its default: .env.example lists every setting, most of them empty.
+env.ENVIRON = {name: value for name, value in os.environ.items() if value != ""}
 
 DEBUG: bool = env.bool("DEBUG", default=False)
 
