@@ -133,6 +133,12 @@ TIME_ZONE = env.str("TIME_ZONE", default="UTC")
 USE_I18N = True
 USE_TZ = True
 
+# People log in on the chat's page and land in the chat (Django's defaults, /accounts/…, do not
+# exist here); the admin keeps its own login page.
+LOGIN_URL = "chat-login"
+LOGIN_REDIRECT_URL = "chat-index"
+LOGOUT_REDIRECT_URL = "chat-login"
+
 STATIC_URL = "static/"
 STATIC_ROOT = MOTOR_DATA_DIR / "static"
 
