@@ -48,6 +48,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI and ReDoc as static files of the project, so /api/docs/ works without a CDN
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     "skills",
     "runs",
@@ -352,6 +354,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Sandboxed, durable, human-approved hands for AI agents.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # served from this instance's static files (drf-spectacular-sidecar), never from a CDN
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- energy (seed 001 "Energy Model") -----------------------------------------------------------
