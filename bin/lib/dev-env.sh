@@ -1,0 +1,26 @@
+# The environment of a local development instance, shared by bin/dev and bin/manage (sourced,
+# not run). Expects $root, the project directory. Sets:
+#   MOTOR_DATA_DIR  ($root/data unless set): the SQLite database, generated keys, logs
+#   DEBUG           (true unless set)
+#   SECRET_KEY, MOTOR_CREDENTIALS_KEY_FILE: generated once into the data dir (mode 0600)
+#   REDIS_URL       the private Redis bin/dev started, while it runs (unless set)
+
+export MOTOR_DATA_DIR="${MOTOR_DATA_DIR:-$root/data}"
+mkdir -p "$MOTOR_DATA_DIR"
+chmod 700 "$MOTOR_DATA_DIR"
+export DEBUG="${DEBUG:-true}"
+
+if [ -z "${SECRET_KEY:-}" ]; then
+  [ -f "$MOTOR_DATA_DIR/secret-key" ] || (umask 077; python3 -c 'import secrets; print(secrets.token_urlsafe(50))' >"$MOTOR_DATA_DIR/secret-key")
+  SECRET_KEY="$(cat "$MOTOR_DATA_DIR/secret-key")"
+  export SECRET_KEY
+fi
+if [ -z "${MOTOR_CREDENTIALS_KEY:-}" ] && [ -z "${MOTOR_CREDENTIALS_KEY_FILE:-}" ]; then
+  [ -f "$MOTOR_DATA_DIR/credentials.key" ] || (umask 077; uv run --frozen --project "$root" python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())' >"$MOTOR_DATA_DIR/credentials.key")
+  export MOTOR_CREDENTIALS_KEY_FILE="$MOTOR_DATA_DIR/credentials.key"
+fi
+# bin/dev writes this file while its private redis-server runs, and removes it when it stops.
+if [ -z "${REDIS_URL:-}" ] && [ -f "$MOTOR_DATA_DIR/redis/url" ]; then
+  REDIS_URL="$(cat "$MOTOR_DATA_DIR/redis/url")"
+  export REDIS_URL
+fi
