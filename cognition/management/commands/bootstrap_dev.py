@@ -18,6 +18,11 @@ ADMIN_USERNAME = "admin"
 DEFAULT_AGENT = "assistant"
 
 
+def login_file() -> Path:
+    """Where the admin login of a development instance is kept (mode 0600)."""
+    return Path(settings.MOTOR_DATA_DIR) / "admin-login.txt"
+
+
 class Command(BaseCommand):
     help = (
         "Create the admin login (password kept in MOTOR_DATA_DIR/admin-login.txt, mode 0600), "
@@ -25,10 +30,10 @@ class Command(BaseCommand):
     )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        login_file = Path(settings.MOTOR_DATA_DIR) / "admin-login.txt"
+        login = login_file()
         user_model = get_user_model()
         admin = user_model.objects.filter(username=ADMIN_USERNAME).first()
-        if admin is None or not login_file.exists():
+        if admin is None or not login.exists():
             password = secrets.token_urlsafe(12)
             if admin is None:
                 admin = user_model.objects.create_superuser(
@@ -37,10 +42,10 @@ class Command(BaseCommand):
             else:
                 admin.set_password(password)
                 admin.save(update_fields=["password"])
-            login_file.parent.mkdir(parents=True, exist_ok=True)
-            login_file.write_text(f"{ADMIN_USERNAME}\n{password}\n")
-            login_file.chmod(0o600)
-        username, password = login_file.read_text().split("\n")[:2]
+            login.parent.mkdir(parents=True, exist_ok=True)
+            login.write_text(f"{ADMIN_USERNAME}\n{password}\n")
+            login.chmod(0o600)
+        username, password = login.read_text().split("\n")[:2]
 
         if not Agent.objects.filter(name=DEFAULT_AGENT).exists():
             agent_create(name=DEFAULT_AGENT, owner=admin, actor=admin)
