@@ -20,7 +20,7 @@ from cognition import (
 )
 from cognition.admin_delivery import AgentWebhookAdminMixin, may_manage_webhook
 from cognition.brain import admin as brain_admin  # noqa: F401 - registers the conversation pages
-from cognition.energy import band_for, energy_level
+from cognition.energy import band_for, energy_level, energy_restore, may_restore_energy
 from cognition.models import Agent
 from cognition.services import (
     IssuedToken,
@@ -73,6 +73,7 @@ class AgentAdmin(AgentWebhookAdminMixin, admin.ModelAdmin):
         "revoke_api_token",
         "trust_relayed_consent",
         "withdraw_relayed_consent",
+        "restore_energy",
     ]
 
     def _token_agents(self, request: HttpRequest, queryset: QuerySet[Agent]) -> list[Agent]:
@@ -123,6 +124,21 @@ class AgentAdmin(AgentWebhookAdminMixin, admin.ModelAdmin):
     def withdraw_relayed_consent(self, request: HttpRequest, queryset: Any) -> None:
         for agent in queryset:
             agent_set_relayed_consent(agent=agent, trusted=False, actor=request.user)
+
+    def has_restore_energy_permission(self, request: HttpRequest) -> bool:
+        return may_restore_energy(request.user)
+
+    @admin.action(
+        description="Restore energy to full (recorded in each agent's history)",
+        permissions=["restore_energy"],
+    )
+    def restore_energy(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        restored = [
+            energy_restore(agent=agent, actor=request.user) for agent in queryset.order_by("name")
+        ]
+        messages.success(
+            request, f"Energy restored to 1.00 for: {', '.join(a.name for a in restored)}"
+        )
 
     @admin.display(description="Energy now")
     def current_energy(self, obj: Agent) -> str:

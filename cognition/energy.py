@@ -11,11 +11,13 @@ the seed's table lists it in, reading "0.3 - 0.5" and "0.05 - 0.3" as closed bel
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
@@ -70,6 +72,47 @@ def allows(level: float, *, mode: Mode | str, tools: Iterable[str] = ()) -> bool
     return False
 
 
+def required_level(*, mode: Mode | str, tools: Iterable[str] = ()) -> float:
+    """The lowest level that admits a run of `mode` granted `tools` (the browser needs more than
+    ALL_ABOVE; a level equal to it is not enough)."""
+    mode = Mode(mode)
+    if mode is Mode.ONESHOT:
+        return ONESHOT_FROM
+    if "browser" in set(tools):
+        return ALL_ABOVE
+    return NO_BROWSER_FROM
+
+
+# A run of `mode` is "a oneshot run" / "an agentic run" in messages.
+_RUN_OF: dict[Mode, str] = {Mode.ONESHOT: "a oneshot run", Mode.AGENTIC: "an agentic run"}
+
+
+def sufficient_at(
+    *, level: float, mode: Mode | str, tools: Iterable[str] = (), now: datetime
+) -> datetime | None:
+    """When regeneration alone lifts `level` enough for the run (rounded up to the second), or
+    None when it never will (regeneration off)."""
+    tools = list(tools)
+    missing = required_level(mode=mode, tools=tools) - level
+    if missing <= 0 and allows(level, mode=mode, tools=tools):
+        return now
+    rate = regen_per_hour()
+    if rate <= 0:
+        return None
+    # A strict boundary (the browser's "more than 0.5") is passed one second after it is reached.
+    # (rounded to the microsecond first: 0.05 / 6 × 3600 is 30 s, not 30.000000000000004)
+    seconds = math.ceil(round(max(0.0, missing) / rate * 3600.0, 6)) + (1 if missing <= 0 else 0)
+    return now + timedelta(seconds=seconds)
+
+
+def _in_words(seconds: int) -> str:
+    if seconds < 90:
+        return f"{seconds} s"
+    if seconds < 90 * 60:
+        return f"{math.ceil(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def regen_per_hour() -> float:
     return float(settings.MOTOR_ENERGY_REGEN_PER_HOUR)
 
@@ -84,23 +127,44 @@ def energy_level(*, agent: Agent, now: datetime | None = None) -> float:
 
 
 def energy_check(*, agent: Agent, mode: Mode | str, tools: Iterable[str] = ()) -> float:
-    """Raise `EnergyTooLow` when the agent may not start this run now; return the level."""
+    """Raise `EnergyTooLow` when the agent may not start this run now; return the level.
+
+    The refusal says which level the run needs and when regeneration reaches it (or that it
+    never will), and that staff can restore the agent's energy.
+    """
     tools = list(tools)
-    level = energy_level(agent=agent)
-    if not allows(level, mode=mode, tools=tools):
-        raise EnergyTooLow(
-            f"Agent {agent.name!r} is at energy {level:.3f} ({band_for(level).value}), too low "
-            f"for a {Mode(mode).value} run"
-            + (" with the browser" if "browser" in tools else "")
-            + ". Energy regenerates over time.",
-            details={
-                "energy": level,
-                "band": band_for(level).value,
-                "mode": Mode(mode).value,
-                "regen_per_hour": regen_per_hour(),
-            },
+    mode = Mode(mode)
+    now = timezone.now()
+    level = energy_level(agent=agent, now=now)
+    if allows(level, mode=mode, tools=tools):
+        return level
+    needed = required_level(mode=mode, tools=tools)
+    when = sufficient_at(level=level, mode=mode, tools=tools, now=now)
+    rate = regen_per_hour()
+    if when is None:
+        outlook = "Energy does not regenerate here (MOTOR_ENERGY_REGEN_PER_HOUR is 0)."
+    else:
+        wait_s = int((when - now).total_seconds())
+        outlook = (
+            f"At {rate:g} per hour it will suffice at {when:%Y-%m-%d %H:%M:%S} UTC "
+            f"(in {_in_words(wait_s)})."
         )
-    return level
+    more = "more than " if needed == ALL_ABOVE else ""
+    raise EnergyTooLow(
+        f"Agent {agent.name!r} is at energy {level:.3f} ({band_for(level).value}), too low for "
+        f"{_RUN_OF[mode]}" + (" with the browser" if "browser" in tools else "") + f" (needs "
+        f"{more}{needed:g}). {outlook} A staff user can restore it (admin: Agents, "
+        f'"Restore energy"; or POST /api/v1/agents/{agent.pk}/energy/restore/).',
+        details={
+            "energy": level,
+            "band": band_for(level).value,
+            "mode": mode.value,
+            "required": needed,
+            "regen_per_hour": rate,
+            "sufficient_at": when.isoformat() if when is not None else None,
+            "retry_after_s": int((when - now).total_seconds()) if when is not None else None,
+        },
+    )
 
 
 def energy_drain(
@@ -125,5 +189,50 @@ def energy_drain(
         mode.value,
         level,
         locked.energy,
+    )
+    return locked
+
+
+#: the permission a staff user needs to restore an agent's energy (superusers have it)
+RESTORE_PERMISSION = "cognition.change_agent"
+
+
+def may_restore_energy(user: object) -> bool:
+    """Whether `user` may restore energy: staff with RESTORE_PERMISSION."""
+    return bool(getattr(user, "is_staff", False)) and bool(
+        getattr(user, "has_perm", lambda _: False)(RESTORE_PERMISSION)
+    )
+
+
+def energy_restore(*, agent: Agent, actor: AbstractBaseUser, level: float = 1.0) -> Agent:
+    """Set the agent's energy to `level` (default full), recorded in the admin's history.
+
+    For staff: the caller checks the permission. The change and who made it are written to the
+    agent's history (django.contrib.admin LogEntry) in the same transaction.
+    """
+    from django.contrib.admin.models import CHANGE, LogEntry
+
+    if not 0.0 <= level <= 1.0:
+        raise ValueError(f"energy level {level!r} is outside 0.0-1.0")
+    with transaction.atomic():
+        locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        now = timezone.now()
+        before = energy_level(agent=locked, now=now)
+        locked.energy = round(level, _PRECISION)
+        locked.last_energy_at = now
+        locked.save(update_fields=["energy", "last_energy_at"])
+        LogEntry.objects.log_actions(
+            user_id=actor.pk,
+            queryset=[locked],
+            action_flag=CHANGE,
+            change_message=f"Energy restored from {before:.3f} to {locked.energy:.3f}.",
+            single_object=True,
+        )
+    logger.info(
+        "energy restored: agent=%s from=%.3f to=%.3f actor=%s",
+        locked.name,
+        before,
+        locked.energy,
+        actor.get_username(),
     )
     return locked

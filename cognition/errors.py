@@ -88,3 +88,10 @@ class HumanRequired(CognitionError):
 class TokenNotFound(CognitionError):
     code = "token_not_found"
     http_status = 404
+
+
+class StaffRequired(CognitionError):
+    """Only a staff user with the right permission may do this (e.g. restore an agent's energy)."""
+
+    code = "staff_required"
+    http_status = 403

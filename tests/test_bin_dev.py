@@ -131,3 +131,30 @@ def test_bin_dev_prints_the_summary_last_and_logs_to_files(tmp_path: Path) -> No
     # then the web server is gone too
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+
+
+@pytest.mark.slow
+def test_the_development_environment_regenerates_energy_in_minutes(tmp_path: Path) -> None:
+    # given the environment bin/dev and bin/manage give their processes, in a fresh data dir
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if name in ("PATH", "HOME", "LANG", "UV_CACHE_DIR")
+    }
+    environment["MOTOR_DATA_DIR"] = str(tmp_path / "data")
+    # when a command reads the energy setting
+    out = subprocess.run(
+        [
+            "bin/manage",
+            "shell",
+            "-c",
+            "from django.conf import settings; print(settings.MOTOR_ENERGY_REGEN_PER_HOUR)",
+        ],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # then an agent regains 6 per hour there (an agentic run's 0.15 in 1.5 min), not 0.1
+    assert (out.returncode, out.stdout.splitlines()[-1]) == (0, "6.0"), out.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import conversations, runs, schedules, signals, views, webhooks
+from . import conversations, energy, runs, schedules, signals, views, webhooks
 
 app_name = "api"
 
@@ -21,6 +21,11 @@ urlpatterns = [
     path("agents/", views.AgentListView.as_view(), name="agent-list"),
     path("agents/me/", views.AgentMeView.as_view(), name="agent-me"),
     path("agents/<str:ref>/token/", views.AgentTokenView.as_view(), name="agent-token"),
+    path(
+        "agents/<str:ref>/energy/restore/",
+        energy.AgentEnergyRestoreView.as_view(),
+        name="agent-energy-restore",
+    ),
     path("agents/<str:ref>/webhook/", webhooks.AgentWebhookView.as_view(), name="agent-webhook"),
     path(
         "agents/<str:ref>/webhook/rotate/",

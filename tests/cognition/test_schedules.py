@@ -372,7 +372,7 @@ def test_an_agent_without_energy_is_skipped(world, tmp_path, workspaces):
     schedule = _create(world)
     Agent.objects.filter(pk=world.alpha.pk).update(energy=0.2)
     schedule_fire(schedule_id=schedule.pk)
-    _assert_skipped(schedule, "energy_too_low", "too low for a agentic run")
+    _assert_skipped(schedule, "energy_too_low", "too low for an agentic run")
     assert (run_count(), _energy(world.alpha)) == (0, 0.2)
 
 
