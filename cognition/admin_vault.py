@@ -12,12 +12,19 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 
 from cognition import vault
 from cognition.errors import CognitionError
 from cognition.models import Credential, PersonalToken
-from cognition.services import credential_delete, credential_set, personal_token_revoke
+from cognition.services import (
+    credential_delete,
+    credential_set,
+    personal_token_create,
+    personal_token_revoke,
+)
 from cognition.vault import REDACTED
 
 
@@ -101,9 +108,18 @@ class CredentialAdmin(admin.ModelAdmin):
             credential_delete(agent=credential.agent, name=credential.name, actor=request.user)
 
 
+class PersonalTokenIssueForm(forms.Form):
+    name = forms.CharField(
+        max_length=100,
+        label="Name",
+        help_text="What the token is for (e.g. laptop, ci), to recognise it in this list.",
+    )
+
+
 @admin.register(PersonalToken)
 class PersonalTokenAdmin(admin.ModelAdmin):
-    """Read-only list; tokens are created through POST /api/v1/tokens/ (shown once there)."""
+    """Read-only list; a staff user issues a token for themselves with the "Issue a token for
+    yourself" button (shown once there), or through POST /api/v1/tokens/."""
 
     list_display = ("name", "user", "token_prefix", "created_at", "revoked_at")
     list_filter = ("revoked_at",)
@@ -121,3 +137,35 @@ class PersonalTokenAdmin(admin.ModelAdmin):
     def revoke(self, request: HttpRequest, queryset: QuerySet[PersonalToken]) -> None:
         for token in queryset:
             personal_token_revoke(token=token, actor=request.user)
+
+    def get_urls(self) -> list[URLPattern]:
+        issue = path(
+            "issue/",
+            self.admin_site.admin_view(self.issue_view),
+            name="cognition_personaltoken_issue",
+        )
+        return [issue, *super().get_urls()]
+
+    def issue_view(self, request: HttpRequest) -> HttpResponse:
+        """Issue a personal token for the logged-in staff user; its value is on this one page."""
+        form = PersonalTokenIssueForm(request.POST if request.method == "POST" else None)
+        issued = None
+        if request.method == "POST" and form.is_valid():
+            issued = personal_token_create(
+                user=request.user, name=form.cleaned_data["name"], actor=request.user
+            )
+        response = TemplateResponse(
+            request,
+            "admin/cognition/personaltoken/issue.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Issue a personal API token",
+                "form": form,
+                "issued": issued,
+                "agents_url": request.build_absolute_uri(reverse("api:agent-list")),
+                "opts": self.model._meta,
+            },
+        )
+        # The token is in this one response: no cache may keep it.
+        response["Cache-Control"] = "no-store"
+        return response
