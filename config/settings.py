@@ -136,10 +136,11 @@ USE_I18N = True
 USE_TZ = True
 
 # People log in on the chat's page and land in the chat (Django's defaults, /accounts/…, do not
-# exist here); the admin keeps its own login page.
+# exist here); the admin keeps its own login page. The chat's logout returns to its login; any
+# other logout (the admin's) to the landing page, which links the chat and the admin.
 LOGIN_URL = "chat-login"
 LOGIN_REDIRECT_URL = "chat-index"
-LOGOUT_REDIRECT_URL = "chat-login"
+LOGOUT_REDIRECT_URL = "home"
 
 STATIC_URL = "static/"
 STATIC_ROOT = MOTOR_DATA_DIR / "static"

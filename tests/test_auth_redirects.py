@@ -64,3 +64,16 @@ def test_every_auth_redirect_setting_names_a_page_that_answers(
     if name == "LOGIN_REDIRECT_URL":
         client.force_login(person)
     assert client.get(url).status_code == 200
+
+
+def test_logging_out_of_the_admin_lands_on_the_landing_page(client: Client) -> None:
+    # given a staff user in the admin
+    staff = User.objects.create_user("sam", password=PASSWORD, is_staff=True)
+    client.force_login(staff)
+    # when they log out there
+    out = client.post("/admin/logout/")
+    # then they land on the landing page, which links the chat and the admin login
+    assert (out.status_code, out["Location"]) == (302, "/")
+    landing = client.get("/").content.decode()
+    assert 'href="/chat/"' in landing and 'href="/admin/"' in landing
+    assert "_auth_user_id" not in client.session
