@@ -77,3 +77,21 @@ def test_logging_out_of_the_admin_lands_on_the_landing_page(client: Client) -> N
     landing = client.get("/").content.decode()
     assert 'href="/chat/"' in landing and 'href="/admin/"' in landing
     assert "_auth_user_id" not in client.session
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_logging_in_on_the_chat_page_in_the_browser_opens_the_chat(page, artifacts_dir) -> None:
+    # given a person and the chat's login page opened directly (no ?next=)
+    from playwright.sync_api import expect
+
+    User.objects.create_user("nina", password=PASSWORD)
+    page.goto("/chat/login/")
+    # when they log in
+    page.fill("#id_username", "nina")
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    # then the chat opens
+    expect(page.locator("h1")).to_have_text("Talk to your agent")
+    assert page.url.endswith("/chat/")
+    page.screenshot(path=str(artifacts_dir / "chat-after-login.png"))

@@ -98,7 +98,7 @@ def test_the_home_page_lists_what_awaits_a_human_with_counts_and_links(world: Wo
         assert client.get(url).status_code == 200
 
 
-def test_the_skills_link_lists_exactly_the_policies_counted(world: World) -> None:
+def test_the_skills_link_lists_the_policies_to_review(world: World) -> None:
     _waiting_work(world)
     root = make_user("root", superuser=True)
     client = Client()

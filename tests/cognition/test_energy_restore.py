@@ -243,3 +243,29 @@ def test_staff_without_the_permission_are_not_offered_the_action(world: World, s
     assert 'value="restore_energy"' not in listing
     _run_action(client, world.alpha)
     assert _state(world.alpha) == before
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+def test_restoring_energy_in_the_admin_in_the_browser(
+    page, admin_login, artifacts_dir, world: World, settings
+) -> None:
+    from playwright.sync_api import expect
+
+    from tests.skills.admin_support import PASSWORD
+
+    # given an exhausted agent and a superuser in the admin
+    settings.MOTOR_ENERGY_REGEN_PER_HOUR = 0.0
+    _set(world.alpha, 0.05)
+    make_user("root", superuser=True)
+    admin_login("root", PASSWORD)
+    # when they select the agent and run "Restore energy"
+    page.goto("/admin/cognition/agent/")
+    page.locator("#result_list tr", has_text="alpha").locator("input.action-select").check()
+    page.select_option("select[name=action]", "restore_energy")
+    page.click("button[name=index]")
+    # then the page confirms it and the list shows the agent rested
+    expect(page.locator(".messagelist")).to_contain_text("Energy restored to 1.00 for: alpha")
+    expect(page.locator("#result_list tr", has_text="alpha")).to_contain_text("1.00 (all)")
+    page.screenshot(path=str(artifacts_dir / "admin-agent-energy-restored.png"), full_page=True)
+    assert Agent.objects.get(pk=world.alpha.pk).energy == 1.0
