@@ -93,15 +93,17 @@ def sufficient_at(
     """When regeneration alone lifts `level` enough for the run (rounded up to the second), or
     None when it never will (regeneration off)."""
     tools = list(tools)
-    missing = required_level(mode=mode, tools=tools) - level
-    if missing <= 0 and allows(level, mode=mode, tools=tools):
+    if allows(level, mode=mode, tools=tools):
         return now
     rate = regen_per_hour()
     if rate <= 0:
         return None
+    needed = required_level(mode=mode, tools=tools)
+    # Rounded to the microsecond first: 0.05 / 6 × 3600 is 30 s, not 30.000000000000004.
+    seconds = math.ceil(round(max(0.0, needed - level) / rate * 3600.0, 6))
     # A strict boundary (the browser's "more than 0.5") is passed one second after it is reached.
-    # (rounded to the microsecond first: 0.05 / 6 × 3600 is 30 s, not 30.000000000000004)
-    seconds = math.ceil(round(max(0.0, missing) / rate * 3600.0, 6)) + (1 if missing <= 0 else 0)
+    if needed == ALL_ABOVE:
+        seconds += 1
     return now + timedelta(seconds=seconds)
 
 

@@ -25,7 +25,9 @@ pytestmark = pytest.mark.django_db
 
 
 def _set(agent: Agent, level: float) -> Agent:
-    Agent.objects.filter(pk=agent.pk).update(energy=level, last_energy_at=timezone.now())
+    # Without a last drain time no regeneration is added on read, so the level is exact however
+    # long the test takes (the refusal's waiting time is then exact too).
+    Agent.objects.filter(pk=agent.pk).update(energy=level, last_energy_at=None)
     return Agent.objects.get(pk=agent.pk)
 
 
@@ -71,6 +73,11 @@ def test_the_browser_needs_more_than_half_and_a_oneshot_reads_a_oneshot(
     assert "too low for an agentic run with the browser (needs more than 0.5)" in str(browser.value)
     # one second past the boundary, since exactly 0.5 is not enough
     assert browser.value.details["retry_after_s"] == 1
+    agent = _set(world.alpha, 0.4)
+    with pytest.raises(EnergyTooLow) as below:
+        energy_check(agent=agent, mode="agentic", tools=["browser"])
+    # 0.1 at 0.1 per hour reaches 0.5 in an hour; one second later it is more than 0.5
+    assert below.value.details["retry_after_s"] == 3601
     agent = _set(world.alpha, 0.0)
     with pytest.raises(EnergyTooLow) as oneshot:
         energy_check(agent=agent, mode="oneshot")
