@@ -510,7 +510,7 @@ class SkillAdmin(admin.ModelAdmin):
                         )
                     ]
             except SkillError as exc:
-                messages.error(request, f"Nothing was imported: {exc.message}")
+                messages.error(request, f"Nothing was imported: {exc.describe()}")
             else:
                 for result in results:
                     state = (

@@ -61,6 +61,24 @@ def test_an_invalid_skill_md_is_a_400_naming_the_rule_and_nothing_is_stored(worl
     assert state_snapshot() == before
 
 
+def test_frontmatter_python_cannot_read_is_a_400_naming_file_and_rule(world: World) -> None:
+    # given a SKILL.md whose frontmatter holds an integer of 4,301 digits
+    text = "---\nname: mailer\ndescription: d\nversion: " + "9" * 4301 + "\n---\nbody\n"
+    before = state_snapshot()
+
+    # when
+    response = bearer(world.alpha_token).post(SKILLS, {"skill_md": text}, format="json")
+
+    # then
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "skill_invalid"
+    assert [(p["path"], p["rule"]) for p in error["details"]["problems"]] == [
+        ("SKILL.md", "yaml-invalid")
+    ]
+    assert state_snapshot() == before
+
+
 def test_a_missing_field_is_a_400_with_the_field_named(world: World) -> None:
     response = bearer(world.alpha_token).post(SKILLS, {}, format="json")
     assert response.status_code == 400

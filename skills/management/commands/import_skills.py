@@ -41,6 +41,6 @@ class Command(BaseCommand):
                     f"{source} is neither a directory nor an archive ({', '.join(ARCHIVE_SUFFIXES)})."
                 )
         except SkillError as exc:
-            raise CommandError(exc.message) from exc
+            raise CommandError(exc.describe()) from exc
         for result in results:
             self.stdout.write(describe(result))

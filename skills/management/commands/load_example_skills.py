@@ -27,6 +27,6 @@ class Command(BaseCommand):
                 path=settings.MOTOR_EXAMPLE_SKILLS_DIR, actor=Actor.system("examples"), agent=agent
             )
         except SkillError as exc:
-            raise CommandError(exc.message) from exc
+            raise CommandError(exc.describe()) from exc
         for result in results:
             self.stdout.write(describe(result))
