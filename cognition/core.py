@@ -62,6 +62,7 @@ from runs.services import (
 from runs.tools import expand_granted
 from skills import bundle as bundle_lib
 from skills.errors import PolicyTransitionNotAllowed, SkillNotFound
+from skills.imports import skill_import_pasted
 from skills.models import Policy, PolicyStatus
 from skills.selectors import policy_credential_values, policy_detail
 from skills.services import (
@@ -73,7 +74,6 @@ from skills.services import (
     policy_review,
     policy_update,
     skill_delete,
-    skill_import_pasted,
     skill_load_for_execution,
     skill_prepare_workspace,
 )

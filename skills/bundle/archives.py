@@ -37,9 +37,10 @@ The ratio floors are deliberate: deflate's fixed overhead makes a tiny, very reg
 empty template, a run of spaces) look like a bomb, while anything under the floor cannot do harm
 at any ratio; the size caps bound everything else.
 
-Inside a valid archive, the skills are found like in a directory tree: ``SKILL.md`` at the top
-makes the archive one skill (no directory name to match); otherwise each directory holding a
-``SKILL.md`` (not inside another skill) is a skill whose name must equal that directory's name.
+Inside a valid archive, the skills are found like in a directory tree: ``SKILL.md`` (in any
+letter case) at the top makes the archive one skill (no directory name to match); otherwise each
+directory holding one (at any depth, hidden directories included, not inside another skill) is
+a skill whose name must equal that directory's name.
 Each skill is then validated on its own, as in :func:`bundles_from_tree`.
 """
 
@@ -59,8 +60,15 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from .build import assemble
-from .paths import PathKind, check_path, classify, duplicate_problems, skipped_findings
-from .types import SKILL_MD, Bundle, BundleError, BundleLimits, Problem
+from .paths import (
+    PathKind,
+    check_path,
+    classify,
+    duplicate_problems,
+    is_skill_md,
+    skipped_findings,
+)
+from .types import Bundle, BundleError, BundleLimits, Problem
 
 _CHUNK = 65_536  # bytes read per step
 #: Below this many unpacked bytes (1 MiB) a compressed tar stream's ratio is not judged: tar
@@ -436,14 +444,8 @@ def _archive_format(filename: str, data: bytes) -> tuple[str, str | None] | None
 
 
 def _skill_roots(paths: list[str]) -> list[str]:
-    """Directories holding a SKILL.md that are not inside another such directory."""
-    candidates = sorted(
-        {
-            p[: -len(SKILL_MD)].rstrip("/")
-            for p in paths
-            if p == SKILL_MD or p.endswith("/" + SKILL_MD)
-        }
-    )
+    """Directories holding a SKILL.md (any letter case) that are not inside another one."""
+    candidates = sorted({p.rpartition("/")[0] for p in paths if is_skill_md(p.rpartition("/")[2])})
     if "" in candidates:
         return [""]
     roots: list[str] = []
@@ -459,10 +461,21 @@ def bundles_from_archive(
     filename: str,
     limits: BundleLimits = BundleLimits(),
 ) -> tuple[list[Bundle], list[tuple[str, BundleError]]]:
+    """The valid skills of :func:`locate_archive_skills`, and the errors."""
+    located, errors = locate_archive_skills(data, filename=filename, limits=limits)
+    return [bundle for _, bundle in located], errors
+
+
+def locate_archive_skills(
+    data: bytes,
+    *,
+    filename: str,
+    limits: BundleLimits = BundleLimits(),
+) -> tuple[list[tuple[str, Bundle]], list[tuple[str, BundleError]]]:
     """Read every skill in an archive; see the module docstring for the rules.
 
-    Returns ``(valid bundles, [(skill directory in the archive, error), ...])``; the directory
-    of a skill at the top of the archive is ``"."``. Raises :class:`BundleError` when the
+    Returns ``([(skill directory in the archive, bundle), ...], [(directory, error), ...])``;
+    the directory of a skill at the top of the archive is ``"."``. Raises :class:`BundleError` when the
     archive as a whole is refused, or holds no SKILL.md at all.
     """
     collected = _Collected(filename=filename, limits=limits, packed_size=len(data))
@@ -492,7 +505,7 @@ def bundles_from_archive(
     roots = _skill_roots(every_path)
     if not roots:
         raise BundleError([Problem(filename, "skill-md-missing", "the archive holds no SKILL.md")])
-    bundles: list[Bundle] = []
+    bundles: list[tuple[str, Bundle]] = []
     errors: list[tuple[str, BundleError]] = []
     for root in roots:
         prefix = root + "/" if root else ""
@@ -522,14 +535,16 @@ def bundles_from_archive(
         )
         try:
             bundles.append(
-                assemble(
-                    content=content,
-                    sizes=sizes,
-                    policy_raw=policy_raw,
-                    dir_name=root.rsplit("/", 1)[-1] if root else None,
-                    limits=limits,
-                    findings=skipped_findings(skipped),
-                    seen_paths=[rel for rel, _ in skipped],
+                (
+                    root or ".",
+                    assemble(
+                        content=content,
+                        sizes=sizes,
+                        policy_raw=policy_raw,
+                        dir_name=root.rsplit("/", 1)[-1] if root else None,
+                        limits=limits,
+                        findings=skipped_findings(skipped),
+                    ),
                 )
             )
         except BundleError as exc:

@@ -100,6 +100,42 @@ def test_an_archive_of_two_skills_installs_both_without_a_policy(importer: User)
     assert Policy.objects.count() == 0
 
 
+def _good_and_bad_zip() -> SimpleUploadedFile:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, text in WEATHER_SKILL.items():
+            archive.writestr(f"weather-report/{path}", text)
+        archive.writestr("broken/SKILL.md", "no frontmatter\n")
+    return SimpleUploadedFile("skills.zip", buffer.getvalue(), content_type="application/zip")
+
+
+def test_an_archive_installs_its_valid_skills_and_names_the_refused(importer: User) -> None:
+    # when an archive with one valid and one invalid skill is uploaded
+    client = logged_in(importer)
+    response = client.post(reverse(IMPORT_URL), {"archive": _good_and_bad_zip()})
+
+    # then the valid one is installed and the list says what was refused, with file and rule
+    assert response.status_code == 302
+    assert list(Skill.objects.values_list("name", flat=True)) == ["weather-report"]
+    page = client.get(response["Location"]).content.decode()
+    assert "Refused broken: broken/SKILL.md:" in page
+    assert "[frontmatter-missing]" in page
+
+
+def test_all_or_nothing_imports_nothing_from_an_archive_with_a_refused_skill(
+    importer: User,
+) -> None:
+    response = logged_in(importer).post(
+        reverse(IMPORT_URL), {"archive": _good_and_bad_zip(), "all_or_nothing": "on"}
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Nothing was imported:" in html
+    assert "[frontmatter-missing]" in html
+    assert Skill.objects.count() == 0
+    assert PolicyAuditEvent.objects.count() == 0
+
+
 def test_both_or_neither_input_is_a_form_error(importer: User) -> None:
     client = logged_in(importer)
     upload = SimpleUploadedFile("x.zip", b"PK\x05\x06" + b"\x00" * 18)

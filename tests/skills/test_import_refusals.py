@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 
 from skills.bundle import BundleError, BundleLimits, bundles_from_archive, parse_skill_md
 from skills.errors import SkillValidationError
-from skills.services import skill_import_archive, skill_import_pasted
+from skills.imports import skill_import_archive, skill_import_pasted
 from tests.skills.conftest import skill_md, write_skill
 
 HUGE_INT = "9" * 4301  # Python refuses int() of more than 4,300 digits
