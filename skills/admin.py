@@ -409,7 +409,7 @@ class SkillAdmin(admin.ModelAdmin):
     list_display = ("name", "short_description", "version_label", "policy_badges", "updated_at")
     list_filter = ("policies__status", "policies__agent")
     search_fields = ("name", "description")
-    readonly_fields = ("name", "description", "version_label", "created_at", "updated_at")
+    readonly_fields = ("name", "description", "source", "version_label", "created_at", "updated_at")
     fields = readonly_fields
     inlines = (PolicyInline, SkillVersionInline)
     actions = ("delete_skills",)

@@ -98,6 +98,14 @@ class SkillValidationError(SkillError):
         super().__init__(message, details=merged)
 
 
+class SkillSourceConflict(SkillError):
+    """A skill of that name is installed from another source (`details`: rule, name,
+    installed_source, source); importing it would silently replace another publisher's skill."""
+
+    code = "skill_source_conflict"
+    http_status = 409
+
+
 class PolicyValidationError(SkillError):
     """A policy field was given a value its rule refuses (`details`: field, rule, value)."""
 

@@ -11,6 +11,14 @@ its own savepoint:
 - Problems of the input as a whole (an archive holding a bomb or a link, a path that is not a
   directory, no skill at all) refuse everything in both modes, as does an import in which no
   skill could be installed; the database is then as it was.
+
+A skill's identity is its name and its source (`Skill.source`). The source of an import is
+what the importer states (``source=``: a registry URL, a publisher), else the absolute path of
+the imported directory, the archive's file name, or "local" for pasted text. Importing a skill
+whose name is installed from another source is refused with both sources named
+(``skill-source-conflict``), never made a new version of the other publisher's skill; the
+importer may instead give it a new name (``renames=`` / ``install_as=``), which is written into
+its SKILL.md. An import from the same source is a new version, as it always was.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from django.utils import timezone
 
 from skills import bundle as bundle_lib
 from skills.errors import PolicyValidationError, SkillError, SkillValidationError
+from skills.models import LOCAL_SOURCE, SKILL_SOURCE_MAX_LENGTH
 from skills.services import (
     Actor,
     InstallResult,
@@ -88,6 +97,41 @@ def _install_problem(where: str, exc: SkillError) -> bundle_lib.Problem:
     return bundle_lib.Problem(_inside(where, bundle_lib.SKILL_MD), rule, exc.message)
 
 
+def _source(stated: str | None, default: str) -> str:
+    """The import's source: what the importer stated, else `default`; storable and bounded."""
+    chosen = stated.strip() if stated is not None and stated.strip() else default
+    source = _storable(chosen)
+    if len(source) > SKILL_SOURCE_MAX_LENGTH:
+        raise SkillValidationError(
+            f"The source is longer than {SKILL_SOURCE_MAX_LENGTH} characters.",
+            details={"rule": "source-too-long"},
+        )
+    return source
+
+
+def _renamed(
+    found: Sequence[Located], renames: Mapping[str, str]
+) -> tuple[list[Located], dict[str, tuple[bundle_lib.Problem, ...]]]:
+    """Apply the importer's new names; a rename naming no skill of the import refuses it."""
+    unknown = sorted(set(renames) - {bundle.name for _, bundle in found})
+    if unknown:
+        raise SkillValidationError(
+            f"No skill named {unknown[0]!r} in this import to rename.",
+            details={"rule": "rename-unknown", "names": unknown},
+        )
+    out: list[Located] = []
+    refused: dict[str, tuple[bundle_lib.Problem, ...]] = {}
+    for where, bundle in found:
+        if bundle.name not in renames:
+            out.append((where, bundle))
+            continue
+        try:
+            out.append((where, bundle_lib.rename_bundle(bundle, renames[bundle.name])))
+        except bundle_lib.BundleError as exc:
+            refused[where] = _prefixed(where, exc)
+    return out, refused
+
+
 def _install_located(
     found: Sequence[Located],
     errors: Sequence[tuple[str, bundle_lib.BundleError]],
@@ -96,11 +140,15 @@ def _install_located(
     actor: Actor,
     agent: Model | None,
     provenance: Mapping[str, Any],
+    source: str,
+    renames: Mapping[str, str] | None,
     all_or_nothing: bool,
 ) -> ImportReport:
     refused: dict[str, tuple[bundle_lib.Problem, ...]] = {
         where: _prefixed(where, exc) for where, exc in errors
     }
+    found, rename_refusals = _renamed(found, renames or {})
+    refused.update(rename_refusals)
     places: dict[str, list[str]] = defaultdict(list)
     for where, bundle in found:
         places[bundle.name].append(where)
@@ -133,6 +181,7 @@ def _install_located(
                             extracted_from=None,
                             pending_credentials=None,
                             apply_proposal=True,
+                            source=source,
                         )
                     )
             except SkillError as exc:
@@ -153,23 +202,32 @@ def skill_import_pasted(
     actor: Actor,
     agent: Model | None = None,
     source: str = "pasted",
+    install_as: str | None = None,
 ) -> InstallResult:
-    """Install pasted SKILL.md text (seed 000 Scenario 6); nothing is executed."""
+    """Install pasted SKILL.md text (seed 000 Scenario 6); nothing is executed.
+
+    `source` labels the version's provenance (where it was pasted); the skill's source is
+    "local". `install_as` installs it under that name instead of its own. A skill of that name
+    from another source raises `SkillSourceConflict`.
+    """
     try:
         bundle = bundle_lib.bundle_from_pasted(text, limits=_limits())
+        if install_as is not None:
+            bundle = bundle_lib.rename_bundle(bundle, install_as)
     except bundle_lib.BundleError as exc:
         raise _bundle_error(exc, "The pasted SKILL.md") from exc
     provenance = {"source": _storable(source), "fetched_at": timezone.now().isoformat()}
-    report = _install_located(
-        [(".", bundle)],
-        [],
-        what="The pasted SKILL.md",
-        actor=actor,
-        agent=agent,
-        provenance=provenance,
-        all_or_nothing=True,
-    )
-    return report.installed[0]
+    with transaction.atomic():
+        return _install_locked(
+            bundle=bundle,
+            actor=actor,
+            agent=agent,
+            provenance=provenance,
+            extracted_from=None,
+            pending_credentials=None,
+            apply_proposal=True,
+            source=LOCAL_SOURCE,
+        )
 
 
 def skill_import_directory(
@@ -178,19 +236,19 @@ def skill_import_directory(
     actor: Actor,
     agent: Model | None = None,
     all_or_nothing: bool = False,
+    source: str | None = None,
+    renames: Mapping[str, str] | None = None,
 ) -> ImportReport:
     """Install one skill directory, or each skill of a tree of them (see the module docstring
-    for what a refusal does in each mode)."""
+    for what a refusal does in each mode, and for `source` and `renames`)."""
     path = Path(path)
     if not path.is_dir() or path.is_symlink():
         raise SkillValidationError(
             f"{path} is not a directory.", details={"rule": "not-a-directory", "path": str(path)}
         )
     found, errors = bundle_lib.locate_tree_skills(path, limits=_limits())
-    provenance = {
-        "source": _storable(str(path.resolve())),
-        "fetched_at": timezone.now().isoformat(),
-    }
+    import_source = _source(source, str(path.resolve()))
+    provenance = {"source": import_source, "fetched_at": timezone.now().isoformat()}
     return _install_located(
         found,
         errors,
@@ -198,6 +256,8 @@ def skill_import_directory(
         actor=actor,
         agent=agent,
         provenance=provenance,
+        source=import_source,
+        renames=renames,
         all_or_nothing=all_or_nothing,
     )
 
@@ -209,14 +269,18 @@ def skill_import_archive(
     actor: Actor,
     agent: Model | None = None,
     all_or_nothing: bool = False,
+    source: str | None = None,
+    renames: Mapping[str, str] | None = None,
 ) -> ImportReport:
     """Install the skills of a .zip / .tar.gz archive; every entry is checked before any skill
-    is looked at (see the module docstring for what a refusal does in each mode)."""
+    is looked at (see the module docstring for what a refusal does in each mode, and for
+    `source` and `renames`)."""
     try:
         found, errors = bundle_lib.locate_archive_skills(data, filename=filename, limits=_limits())
     except bundle_lib.BundleError as exc:
         raise _bundle_error(exc, f"Archive {filename}") from exc
-    provenance = {"source": _storable(filename), "fetched_at": timezone.now().isoformat()}
+    import_source = _source(source, filename)
+    provenance = {"source": import_source, "fetched_at": timezone.now().isoformat()}
     return _install_located(
         found,
         errors,
@@ -224,5 +288,7 @@ def skill_import_archive(
         actor=actor,
         agent=agent,
         provenance=provenance,
+        source=import_source,
+        renames=renames,
         all_or_nothing=all_or_nothing,
     )

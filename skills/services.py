@@ -51,11 +51,13 @@ from skills.errors import (
     SkillError,
     SkillHashMismatch,
     SkillNotFound,
+    SkillSourceConflict,
     SkillValidationError,
     SkillVersionNotFound,
     StaleReview,
 )
 from skills.models import (
+    LOCAL_SOURCE,
     AuditAction,
     Policy,
     PolicyAuditEvent,
@@ -261,13 +263,14 @@ def _lock_skill_and_policy(policy: Policy | int) -> tuple[Skill, Policy]:
     return skill, _lock_policy(policy_id=policy_id)
 
 
-def _get_or_create_locked_skill(name: str, description: str) -> tuple[Skill, bool]:
-    """The Skill row for `name`, locked, created when missing (race-safe on the unique name)."""
+def _get_or_create_locked_skill(name: str, description: str, source: str) -> tuple[Skill, bool]:
+    """The Skill row for `name`, locked, created from `source` when missing (race-safe on the
+    unique name)."""
     created = False
     if not Skill.objects.filter(name=name).exists():
         try:
             with transaction.atomic():
-                Skill.objects.create(name=name, description=description)
+                Skill.objects.create(name=name, description=description, source=source)
                 created = True
         except IntegrityError:
             # Another transaction created it first; its row is committed now.
@@ -527,13 +530,36 @@ def _install_locked(
     extracted_from: Mapping[str, Any] | None,
     pending_credentials: Mapping[str, str] | None,
     apply_proposal: bool,
+    source: str | None = None,
 ) -> InstallResult:
-    """Install one validated bundle. Must run inside transaction.atomic()."""
+    """Install one validated bundle. Must run inside transaction.atomic().
+
+    With a `source` (imports), new content for an existing skill of that name must come from
+    the same source, else `SkillSourceConflict` (content identical to the current version is
+    the same skill wherever it comes from: nothing changes). Without one (extraction: a run
+    changing the skill it was given; direct installs) the skill keeps its source and a new
+    skill is "local".
+    """
     proposal = _policy_proposal(bundle) if apply_proposal else {}
-    skill, skill_created = _get_or_create_locked_skill(bundle.name, bundle.description)
+    skill, skill_created = _get_or_create_locked_skill(
+        bundle.name, bundle.description, source if source is not None else LOCAL_SOURCE
+    )
     current = skill.current_version
     digest = bundle.content_hash
     version_created = current is None or current.content_hash != digest
+    if version_created and not skill_created and source is not None and skill.source != source:
+        installed_from = skill.source or "an unrecorded source"
+        raise SkillSourceConflict(
+            f"A skill named {bundle.name!r} is already installed from {installed_from}; this "
+            f"one comes from {source}. Install it under another name, or import it from the "
+            "same source to make a new version.",
+            details={
+                "rule": "skill-source-conflict",
+                "name": bundle.name,
+                "installed_source": skill.source,
+                "source": source,
+            },
+        )
     if version_created:
         # Allocated under the Skill row lock: concurrent installs get consecutive numbers.
         last = SkillVersion.objects.filter(skill=skill).aggregate(n=Max("number"))["n"] or 0
@@ -566,6 +592,7 @@ def _install_locked(
             version_number=version.number,
             changes={
                 "files": [f.path for f in bundle.files],
+                **({"source": skill.source} if skill_created else {}),
                 **({"extracted_from": dict(extracted_from)} if extracted_from else {}),
             },
         )

@@ -55,6 +55,7 @@ from .paths import (
     check_path,
     classify,
 )
+from .rename import rename_bundle
 from .review import (
     FileChange,
     InventoryEntry,
@@ -137,6 +138,7 @@ __all__ = [
     "locate_tree_skills",
     "parse_skill_md",
     "read_baseline",
+    "rename_bundle",
     "review_bundle",
     "scan_skill_dir",
     "sha256_hex",

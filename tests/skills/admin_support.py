@@ -84,7 +84,10 @@ def import_skill(
         target = skill_dir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    report = skill_import_directory(path=skill_dir, actor=Actor.system("import"), agent=agent)
+    # One stated source: a second import of the same name is that publisher's next version.
+    report = skill_import_directory(
+        path=skill_dir, actor=Actor.system("import"), agent=agent, source="test registry"
+    )
     (result,) = report.installed
     assert result.policy is not None
     return result.policy
