@@ -67,6 +67,27 @@ def test_a_zip_entry_name_holding_a_nul_is_refused_not_cut():
     ]
 
 
+def test_a_tar_entry_name_holding_a_nul_is_refused_not_cut():
+    import tarfile
+
+    # given a pax header naming the entry "demo/scripts/run.sh<NUL>.txt"
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        head = skill_md("demo").encode()
+        info = tarfile.TarInfo("demo/SKILL.md")
+        info.size = len(head)
+        archive.addfile(info, io.BytesIO(head))
+        entry = tarfile.TarInfo("demo/scripts/placeholder")
+        entry.size = 5
+        entry.pax_headers = {"path": "demo/scripts/run.sh\x00.txt"}
+        archive.addfile(entry, io.BytesIO(b"echo\n"))
+
+    # when / then
+    assert _archive_problems(buffer.getvalue(), "nul.tar") == [
+        ("demo/scripts/run.sh\\u0000.txt", "path-control-char")
+    ]
+
+
 # --- compression ratio per entry -------------------------------------------------------------
 
 
