@@ -214,6 +214,15 @@ class SkillImportForm(forms.Form):
         label="or upload an archive",
         help_text=".zip, .tar.gz, .tgz or .tar holding one skill directory or several.",
     )
+    source = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="Source",
+        help_text=(
+            "Where the archive's skills come from (a registry URL, a publisher); by default its "
+            "file name. An installed skill gets a new version only from its own source."
+        ),
+    )
     all_or_nothing = forms.BooleanField(
         required=False,
         label="All or nothing",
@@ -508,6 +517,7 @@ class SkillAdmin(admin.ModelAdmin):
                         actor=_actor(request),
                         agent=agent,
                         all_or_nothing=form.cleaned_data["all_or_nothing"],
+                        source=form.cleaned_data["source"] or None,
                     )
                     results, refused = report.installed, report.refused
                 else:

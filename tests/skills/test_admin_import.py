@@ -136,6 +136,35 @@ def test_all_or_nothing_imports_nothing_from_an_archive_with_a_refused_skill(
     assert PolicyAuditEvent.objects.count() == 0
 
 
+def _weather_zip(filename: str, extra: str = "") -> SimpleUploadedFile:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, text in WEATHER_SKILL.items():
+            archive.writestr(f"weather-report/{path}", text + extra)
+    return SimpleUploadedFile(filename, buffer.getvalue(), content_type="application/zip")
+
+
+def test_a_new_release_is_a_new_version_only_from_the_stated_source(importer: User) -> None:
+    # given weather-report imported from release 1 of a registry
+    client = logged_in(importer)
+    source = "https://registry.example/weather"
+    client.post(reverse(IMPORT_URL), {"archive": _weather_zip("r1.zip"), "source": source})
+
+    # when release 2 comes without a source, it is refused naming both sources
+    refused = client.post(reverse(IMPORT_URL), {"archive": _weather_zip("r2.zip", "\n# r2\n")})
+    html = refused.content.decode()
+    assert "Nothing was imported:" in html
+    assert "[skill-source-conflict]" in html
+    assert source in html and "r2.zip" in html
+    assert Skill.objects.get().current_version.number == 1
+
+    # and with the source stated it is the next version
+    client.post(
+        reverse(IMPORT_URL), {"archive": _weather_zip("r2.zip", "\n# r2\n"), "source": source}
+    )
+    assert Skill.objects.get().current_version.number == 2
+
+
 def test_both_or_neither_input_is_a_form_error(importer: User) -> None:
     client = logged_in(importer)
     upload = SimpleUploadedFile("x.zip", b"PK\x05\x06" + b"\x00" * 18)
