@@ -664,7 +664,8 @@ def skill_install_bundle(
 
     Identical content (same hash as the current version) creates no version and leaves every
     status as it is. New content becomes the current version (number allocated under the Skill
-    row lock); `agent`'s policy is created or reset to pending_review.
+    row lock); `agent`'s policy is created or reset to pending_review. The skill's source is not
+    checked (imports go through `skills.imports`, which does); a new skill's source is "local".
     """
     with transaction.atomic():
         return _install_locked(

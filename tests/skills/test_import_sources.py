@@ -319,3 +319,20 @@ def test_a_name_that_cannot_be_rewritten_is_refused():
     with pytest.raises(BundleError) as caught:
         rename_bundle(bundle, "new-name")
     assert caught.value.rules == ["rename-unsupported"]
+
+
+def test_new_content_over_a_skill_of_unrecorded_source_is_refused(
+    tmp_path: Path, system_actor, snapshot
+):
+    # given a skill whose source was never recorded (an old row the backfill could not place)
+    skill_install_bundle(bundle=make_bundle("weather"), actor=system_actor)
+    Skill.objects.filter(name="weather").update(source="")
+    write_skill(tmp_path, "weather", body="# other\n")
+    before = snapshot()
+
+    # when / then
+    with pytest.raises(SkillValidationError) as caught:
+        skill_import_directory(path=tmp_path / "weather", actor=system_actor)
+    assert "an unrecorded source" in caught.value.message
+    assert "[skill-source-conflict]" in caught.value.message
+    assert snapshot() == before
