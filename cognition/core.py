@@ -62,6 +62,7 @@ from runs.services import (
 from runs.tools import expand_granted
 from skills import bundle as bundle_lib
 from skills.errors import PolicyTransitionNotAllowed, SkillNotFound
+from skills.imports import skill_import_pasted
 from skills.models import Policy, PolicyStatus
 from skills.selectors import policy_credential_values, policy_detail
 from skills.services import (
@@ -73,7 +74,6 @@ from skills.services import (
     policy_review,
     policy_update,
     skill_delete,
-    skill_import_pasted,
     skill_load_for_execution,
     skill_prepare_workspace,
 )
@@ -659,10 +659,13 @@ def skill_review_facts(*, principal: Principal, policy: Policy) -> dict[str, Any
     }
 
 
-def skill_import_for(*, principal: Principal, agent: Agent, text: str) -> Policy:
-    """Import a pasted SKILL.md for `agent` (pending_review); refuses another agent's name."""
+def skill_import_for(
+    *, principal: Principal, agent: Agent, text: str, install_as: str | None = None
+) -> Policy:
+    """Import a pasted SKILL.md for `agent` (pending_review), under `install_as` when given;
+    refuses another agent's name, and a name installed from another source."""
     try:
-        name = bundle_lib.bundle_from_pasted(text).name
+        name = install_as or bundle_lib.bundle_from_pasted(text).name
     except bundle_lib.BundleError:
         name = None  # the import service reports every problem of the text
     if name is not None:
@@ -679,7 +682,9 @@ def skill_import_for(*, principal: Principal, agent: Agent, text: str) -> Policy
                 "or have an administrator import the new version in the admin.",
                 details={"name": name},
             )
-    result = skill_import_pasted(text=text, actor=skill_actor(principal), agent=agent, source="api")
+    result = skill_import_pasted(
+        text=text, actor=skill_actor(principal), agent=agent, source="api", install_as=install_as
+    )
     assert result.policy is not None  # an import with an agent always has its policy
     return result.policy
 

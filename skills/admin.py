@@ -25,7 +25,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import content_disposition_header
 from django.utils.safestring import SafeString
 
-from skills import selectors, services
+from skills import imports, selectors, services
 from skills.errors import CredentialsUnreadable, SkillError
 from skills.models import (
     Policy,
@@ -213,6 +213,20 @@ class SkillImportForm(forms.Form):
         required=False,
         label="or upload an archive",
         help_text=".zip, .tar.gz, .tgz or .tar holding one skill directory or several.",
+    )
+    source = forms.CharField(
+        required=False,
+        max_length=2000,
+        label="Source",
+        help_text=(
+            "Where the archive's skills come from (a registry URL, a publisher); by default its "
+            "file name. An installed skill gets a new version only from its own source."
+        ),
+    )
+    all_or_nothing = forms.BooleanField(
+        required=False,
+        label="All or nothing",
+        help_text="Import nothing from the archive when any of its skills is refused.",
     )
 
     def clean(self) -> dict[str, Any]:
@@ -404,7 +418,7 @@ class SkillAdmin(admin.ModelAdmin):
     list_display = ("name", "short_description", "version_label", "policy_badges", "updated_at")
     list_filter = ("policies__status", "policies__agent")
     search_fields = ("name", "description")
-    readonly_fields = ("name", "description", "version_label", "created_at", "updated_at")
+    readonly_fields = ("name", "description", "source", "version_label", "created_at", "updated_at")
     fields = readonly_fields
     inlines = (PolicyInline, SkillVersionInline)
     actions = ("delete_skills",)
@@ -497,21 +511,30 @@ class SkillAdmin(admin.ModelAdmin):
             upload = form.cleaned_data["archive"]
             try:
                 if upload is not None:
-                    results = services.skill_import_archive(
-                        data=upload.read(), filename=upload.name, actor=_actor(request), agent=agent
+                    report = imports.skill_import_archive(
+                        data=upload.read(),
+                        filename=upload.name,
+                        actor=_actor(request),
+                        agent=agent,
+                        all_or_nothing=form.cleaned_data["all_or_nothing"],
+                        source=form.cleaned_data["source"] or None,
                     )
+                    results, refused = report.installed, report.refused
                 else:
                     results = [
-                        services.skill_import_pasted(
+                        imports.skill_import_pasted(
                             text=form.cleaned_data["skill_md"],
                             actor=_actor(request),
                             agent=agent,
                             source="pasted in the admin",
                         )
                     ]
+                    refused = []
             except SkillError as exc:
-                messages.error(request, f"Nothing was imported: {exc.message}")
+                messages.error(request, f"Nothing was imported: {exc.describe()}")
             else:
+                for refusal in refused:
+                    messages.warning(request, f"Refused {refusal.where}: {refusal.describe()}")
                 for result in results:
                     state = (
                         f"{PolicyStatus(result.policy.status).label.lower()} for {agent.name}"
@@ -524,7 +547,7 @@ class SkillAdmin(admin.ModelAdmin):
                         f"Installed {result.skill.name} v{result.version.number} ({verb}; {state}).",
                     )
                 policies = [r.policy for r in results if r.policy is not None]
-                if len(policies) == 1:
+                if len(policies) == 1 and not refused:
                     return HttpResponseRedirect(
                         reverse("admin:skills_policy_review", args=[policies[0].pk])
                     )

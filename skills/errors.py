@@ -26,6 +26,14 @@ class DomainError(Exception):
         """The API error body's inner object."""
         return {"code": self.code, "message": self.message, "details": self.details}
 
+    def describe(self) -> str:
+        """The message for a person reading text (a command's output, an admin message): the
+        message itself, plus ``[rule]`` when the rule is only in the details."""
+        rule = self.details.get("rule")
+        if isinstance(rule, str) and rule and f"[{rule}]" not in self.message:
+            return f"{self.message} [{rule}]"
+        return self.message
+
 
 class SkillError(DomainError):
     """Base class of the skills app's errors."""
@@ -88,6 +96,14 @@ class SkillValidationError(SkillError):
                 )
             )
         super().__init__(message, details=merged)
+
+
+class SkillSourceConflict(SkillError):
+    """A skill of that name is installed from another source (`details`: rule, name,
+    installed_source, source); importing it would silently replace another publisher's skill."""
+
+    code = "skill_source_conflict"
+    http_status = 409
 
 
 class PolicyValidationError(SkillError):

@@ -14,6 +14,9 @@ from django_fsm import FSMField, FSMModelMixin, transition
 SKILL_NAME_MAX_LENGTH = 64  # characters, Agent Skills spec
 CONTENT_HASH_MAX_LENGTH = 71  # "sha256:" + 64 hex characters
 SKILL_FILE_PATH_MAX_LENGTH = 1024  # characters, relative POSIX path inside a skill
+SKILL_SOURCE_MAX_LENGTH = 2000  # characters
+#: The source of skills written here: pasted (admin, API) or learned by a run.
+LOCAL_SOURCE = "local"
 
 
 class PolicyStatus(models.TextChoices):
@@ -41,10 +44,19 @@ class AuditAction(models.TextChoices):
 
 
 class Skill(models.Model):
-    """A named skill. Its content lives in immutable `SkillVersion` rows."""
+    """A named skill. Its content lives in immutable `SkillVersion` rows.
+
+    Its identity is its name *and* its `source`: an import brings a new version only when it
+    comes from the same source (see `skills.imports`).
+    """
 
     name = models.CharField(max_length=SKILL_NAME_MAX_LENGTH, unique=True)
     description = models.TextField(blank=True, default="")
+    # Where the skill comes from: "local" (pasted, or learned by a run), the absolute path of
+    # the directory it was imported from, an archive's file name, or what the importer stated
+    # (a registry URL, a publisher). Empty: not recorded (rows older than this field whose
+    # first version said nothing).
+    source = models.CharField(max_length=SKILL_SOURCE_MAX_LENGTH, blank=True, default="")
     current_version = models.ForeignKey(
         "skills.SkillVersion",
         null=True,

@@ -51,11 +51,13 @@ from skills.errors import (
     SkillError,
     SkillHashMismatch,
     SkillNotFound,
+    SkillSourceConflict,
     SkillValidationError,
     SkillVersionNotFound,
     StaleReview,
 )
 from skills.models import (
+    LOCAL_SOURCE,
     AuditAction,
     Policy,
     PolicyAuditEvent,
@@ -261,13 +263,14 @@ def _lock_skill_and_policy(policy: Policy | int) -> tuple[Skill, Policy]:
     return skill, _lock_policy(policy_id=policy_id)
 
 
-def _get_or_create_locked_skill(name: str, description: str) -> tuple[Skill, bool]:
-    """The Skill row for `name`, locked, created when missing (race-safe on the unique name)."""
+def _get_or_create_locked_skill(name: str, description: str, source: str) -> tuple[Skill, bool]:
+    """The Skill row for `name`, locked, created from `source` when missing (race-safe on the
+    unique name)."""
     created = False
     if not Skill.objects.filter(name=name).exists():
         try:
             with transaction.atomic():
-                Skill.objects.create(name=name, description=description)
+                Skill.objects.create(name=name, description=description, source=source)
                 created = True
         except IntegrityError:
             # Another transaction created it first; its row is committed now.
@@ -527,13 +530,36 @@ def _install_locked(
     extracted_from: Mapping[str, Any] | None,
     pending_credentials: Mapping[str, str] | None,
     apply_proposal: bool,
+    source: str | None = None,
 ) -> InstallResult:
-    """Install one validated bundle. Must run inside transaction.atomic()."""
+    """Install one validated bundle. Must run inside transaction.atomic().
+
+    With a `source` (imports), new content for an existing skill of that name must come from
+    the same source, else `SkillSourceConflict` (content identical to the current version is
+    the same skill wherever it comes from: nothing changes). Without one (extraction: a run
+    changing the skill it was given; direct installs) the skill keeps its source and a new
+    skill is "local".
+    """
     proposal = _policy_proposal(bundle) if apply_proposal else {}
-    skill, skill_created = _get_or_create_locked_skill(bundle.name, bundle.description)
+    skill, skill_created = _get_or_create_locked_skill(
+        bundle.name, bundle.description, source if source is not None else LOCAL_SOURCE
+    )
     current = skill.current_version
     digest = bundle.content_hash
     version_created = current is None or current.content_hash != digest
+    if version_created and not skill_created and source is not None and skill.source != source:
+        installed_from = skill.source or "an unrecorded source"
+        raise SkillSourceConflict(
+            f"A skill named {bundle.name!r} is already installed from {installed_from}; this "
+            f"one comes from {source}. Install it under another name, or import it from the "
+            "same source to make a new version.",
+            details={
+                "rule": "skill-source-conflict",
+                "name": bundle.name,
+                "installed_source": skill.source,
+                "source": source,
+            },
+        )
     if version_created:
         # Allocated under the Skill row lock: concurrent installs get consecutive numbers.
         last = SkillVersion.objects.filter(skill=skill).aggregate(n=Max("number"))["n"] or 0
@@ -566,6 +592,7 @@ def _install_locked(
             version_number=version.number,
             changes={
                 "files": [f.path for f in bundle.files],
+                **({"source": skill.source} if skill_created else {}),
                 **({"extracted_from": dict(extracted_from)} if extracted_from else {}),
             },
         )
@@ -637,7 +664,8 @@ def skill_install_bundle(
 
     Identical content (same hash as the current version) creates no version and leaves every
     status as it is. New content becomes the current version (number allocated under the Skill
-    row lock); `agent`'s policy is created or reset to pending_review.
+    row lock); `agent`'s policy is created or reset to pending_review. The skill's source is not
+    checked (imports go through `skills.imports`, which does); a new skill's source is "local".
     """
     with transaction.atomic():
         return _install_locked(
@@ -653,109 +681,6 @@ def skill_install_bundle(
 
 def _bundle_error(exc: bundle_lib.BundleError, what: str) -> SkillValidationError:
     return SkillValidationError(f"{what} was refused:", problems=exc.problems)
-
-
-def _prefixed(where: str, exc: bundle_lib.BundleError) -> list[bundle_lib.Problem]:
-    """Problems of one skill of a tree or archive, with paths relative to the import root."""
-    if where in ("", ".", bundle_lib.BUNDLE_PATH):
-        return list(exc.problems)
-    return [
-        bundle_lib.Problem(f"{where}/{p.path}".rstrip("/"), p.rule, p.message) for p in exc.problems
-    ]
-
-
-def _refuse_partial(
-    what: str, errors: Sequence[tuple[str, bundle_lib.BundleError]]
-) -> SkillValidationError:
-    problems = [problem for where, exc in errors for problem in _prefixed(where, exc)]
-    return SkillValidationError(f"{what} was refused (nothing was imported):", problems=problems)
-
-
-def _install_many(
-    bundles: Sequence[bundle_lib.Bundle],
-    *,
-    actor: Actor,
-    agent: Model | None,
-    provenance: Mapping[str, Any] | None,
-) -> list[InstallResult]:
-    names = [b.name for b in bundles]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise SkillValidationError(
-            f"The import contains skill {duplicates[0]!r} more than once.",
-            details={"rule": "duplicate_skill", "names": duplicates},
-        )
-    with transaction.atomic():
-        # Check every proposal before the first write: a bad policy.json refuses the whole import.
-        for b in bundles:
-            _policy_proposal(b)
-        return [
-            _install_locked(
-                bundle=b,
-                actor=actor,
-                agent=agent,
-                provenance=provenance,
-                extracted_from=None,
-                pending_credentials=None,
-                apply_proposal=True,
-            )
-            for b in bundles
-        ]
-
-
-def skill_import_pasted(
-    *,
-    text: str,
-    actor: Actor,
-    agent: Model | None = None,
-    source: str = "pasted",
-) -> InstallResult:
-    """Install pasted SKILL.md text (seed 000 Scenario 6); nothing is executed."""
-    try:
-        bundle = bundle_lib.bundle_from_pasted(text, limits=_limits())
-    except bundle_lib.BundleError as exc:
-        raise _bundle_error(exc, "The pasted SKILL.md") from exc
-    provenance = {"source": _storable(source), "fetched_at": timezone.now().isoformat()}
-    return _install_many([bundle], actor=actor, agent=agent, provenance=provenance)[0]
-
-
-def skill_import_directory(
-    *, path: Path, actor: Actor, agent: Model | None = None
-) -> list[InstallResult]:
-    """Install one skill directory, or every skill in a tree of them, all or nothing."""
-    path = Path(path)
-    if not path.is_dir() or path.is_symlink():
-        raise SkillValidationError(
-            f"{path} is not a directory.", details={"rule": "not-a-directory", "path": str(path)}
-        )
-    try:
-        bundles, errors = bundle_lib.bundles_from_tree(path, limits=_limits())
-    except bundle_lib.BundleError as exc:
-        raise _bundle_error(exc, f"Directory {path}") from exc
-    if errors:
-        if os.path.lexists(path / "SKILL.md"):
-            # The directory is one skill: its problems are already relative to it.
-            errors = [(".", exc) for _, exc in errors]
-        raise _refuse_partial(f"Directory {path}", errors)
-    provenance = {
-        "source": _storable(str(path.resolve())),
-        "fetched_at": timezone.now().isoformat(),
-    }
-    return _install_many(bundles, actor=actor, agent=agent, provenance=provenance)
-
-
-def skill_import_archive(
-    *, data: bytes, filename: str, actor: Actor, agent: Model | None = None
-) -> list[InstallResult]:
-    """Install the skills of a .zip / .tar.gz archive; every entry is checked first."""
-    try:
-        bundles, errors = bundle_lib.bundles_from_archive(data, filename=filename, limits=_limits())
-    except bundle_lib.BundleError as exc:
-        raise _bundle_error(exc, f"Archive {filename}") from exc
-    if errors:
-        raise _refuse_partial(f"Archive {filename}", errors)
-    provenance = {"source": _storable(filename), "fetched_at": timezone.now().isoformat()}
-    return _install_many(bundles, actor=actor, agent=agent, provenance=provenance)
 
 
 # --- workspaces ------------------------------------------------------------------------------

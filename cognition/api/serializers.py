@@ -66,6 +66,15 @@ class SkillImportSerializer(serializers.Serializer):
         trim_whitespace=False,
         help_text="The full text of a SKILL.md (frontmatter with name and description, then body).",
     )
+    name = serializers.CharField(
+        required=False,
+        max_length=64,
+        help_text=(
+            "Install the skill under this name instead of the one in its SKILL.md (written into "
+            "it). Use it when a skill of that name is installed from another source (409 "
+            "skill_source_conflict)."
+        ),
+    )
 
 
 class SkillReviewSerializer(serializers.Serializer):

@@ -193,7 +193,10 @@ class SkillListView(PrincipalAPIView):
         body = SkillImportSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         policy = core.skill_import_for(
-            principal=self.principal(request), agent=agent, text=body.validated_data["skill_md"]
+            principal=self.principal(request),
+            agent=agent,
+            text=body.validated_data["skill_md"],
+            install_as=body.validated_data.get("name"),
         )
         return Response(_detail(policy), status=status.HTTP_201_CREATED)
 

@@ -27,19 +27,21 @@ Decisions worth knowing (each module documents its own rules in full):
 * YAML goes through a SafeLoader subclass that refuses duplicate keys; size, flow nesting and
   alias expansion are bounded before/while loading. Unquoted ``key: a: b`` values are repaired
   with a finding, as the Agent Skills client guide suggests.
-* ``skill.md`` in lower case is not accepted as SKILL.md (the error says so).
+* ``SKILL.md`` is accepted in any letter case (``skill.md``, as peers do) and stored as
+  ``SKILL.md``; two of them in one skill are refused.
 * Every problem carries a stable ``rule`` id; whole-skill problems use the path ``"."`` and
   whole-archive problems the archive's file name.
 """
 
 from __future__ import annotations
 
-from .archives import bundles_from_archive
+from .archives import bundles_from_archive, locate_archive_skills
 from .build import BUNDLE_PATH, bundle_from_files, bundle_from_pasted
 from .filesystem import (
     BASELINE_FILE,
     bundle_from_directory,
     bundles_from_tree,
+    locate_tree_skills,
     scan_skill_dir,
 )
 from .hashing import content_hash, sha256_hex
@@ -53,6 +55,7 @@ from .paths import (
     check_path,
     classify,
 )
+from .rename import rename_bundle
 from .review import (
     FileChange,
     InventoryEntry,
@@ -131,8 +134,11 @@ __all__ = [
     "diff_bundles",
     "find_skill_dirs",
     "installation_problems",
+    "locate_archive_skills",
+    "locate_tree_skills",
     "parse_skill_md",
     "read_baseline",
+    "rename_bundle",
     "review_bundle",
     "scan_skill_dir",
     "sha256_hex",

@@ -14,8 +14,11 @@ special-file
 duplicate-path              two entries with the same name (after NFC normalisation)
 archive-too-many-entries    more than ``max_archive_entries`` entries (checked from the zip
                             directory record before parsing it, and while streaming a tar)
-archive-compression-ratio   unpacked/packed bytes above ``max_compression_ratio`` (declared
-                            sizes are checked first, then actual bytes while reading)
+archive-compression-ratio   unpacked/packed bytes above ``max_compression_ratio``: for each
+                            zip entry that unpacks to more than 64 KiB (declared sizes first,
+                            then actual bytes while reading), and for a compressed tar over
+                            its whole stream once it passes 1 MiB (a tar's entries share one
+                            compressed stream, so they have no packed size of their own)
 archive-too-large           more than ``max_total_bytes`` unpacked, declared or actually read
 archive-encrypted,          password-protected entries, damaged data, unknown format
 archive-corrupt,
@@ -24,11 +27,20 @@ archive-format
 
 Headers are never trusted alone: data is read in 64 KiB chunks and reading stops at the first
 cap crossed. For compressed tars the decompressed stream itself is capped, so a gzip bomb stops
-after a bounded amount of work.
+after a bounded amount of work. A refusal found while an entry is being unpacked names that entry
+(and the archive in its message); whole-archive totals name the archive.
 
-Inside a valid archive, the skills are found like in a directory tree: ``SKILL.md`` at the top
-makes the archive one skill (no directory name to match); otherwise each directory holding a
-``SKILL.md`` (not inside another skill) is a skill whose name must equal that directory's name.
+Zip entry names are judged from the raw name in the archive: Python's reader cuts a name at its
+first NUL, which would store ``run.sh<NUL>.txt`` as ``run.sh``; such a name is refused whole.
+
+The ratio floors are deliberate: deflate's fixed overhead makes a tiny, very regular file (an
+empty template, a run of spaces) look like a bomb, while anything under the floor cannot do harm
+at any ratio; the size caps bound everything else.
+
+Inside a valid archive, the skills are found like in a directory tree: ``SKILL.md`` (in any
+letter case) at the top makes the archive one skill (no directory name to match); otherwise each
+directory holding one (at any depth, hidden directories included, not inside another skill) is
+a skill whose name must equal that directory's name.
 Each skill is then validated on its own, as in :func:`bundles_from_tree`.
 """
 
@@ -48,13 +60,22 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from .build import assemble
-from .paths import PathKind, check_path, classify, duplicate_problems, skipped_findings
-from .types import SKILL_MD, Bundle, BundleError, BundleLimits, Problem
+from .paths import (
+    PathKind,
+    check_path,
+    classify,
+    duplicate_problems,
+    is_skill_md,
+    skipped_findings,
+)
+from .types import Bundle, BundleError, BundleLimits, Problem
 
 _CHUNK = 65_536  # bytes read per step
-#: Below this many unpacked bytes (1 MiB) the compression ratio is not judged: small, very
-#: regular files (empty files, tar headers) compress extremely well without being a bomb.
+#: Below this many unpacked bytes (1 MiB) a compressed tar stream's ratio is not judged: tar
+#: headers and small, very regular files compress extremely well without being a bomb.
 _RATIO_FLOOR = 1_048_576
+#: Below this many unpacked bytes (64 KiB) a zip entry's own ratio is not judged (see above).
+_ENTRY_RATIO_FLOOR = 65_536
 #: Room for tar headers and padding per entry when capping a decompressed tar stream (bytes).
 _TAR_OVERHEAD_PER_ENTRY = 4096
 
@@ -76,9 +97,26 @@ class _Collected:
     skipped: list[tuple[str, PathKind]] = field(default_factory=list)
     entries: int = 0
     unpacked: int = 0
+    current: str | None = None  # the entry whose data is being unpacked
 
     def archive_problem(self, rule: str, message: str) -> None:
         self.problems.append(Problem(self.filename, rule, message))
+
+    def unpacking_problem(self, rule: str, message: str) -> None:
+        """A bomb found while unpacking: the problem names the entry being read, if any."""
+        if self.current is None:
+            self.archive_problem(rule, message)
+        else:
+            self.problems.append(
+                Problem(
+                    self.current, rule, f"{message}, while unpacking this entry of {self.filename}"
+                )
+            )
+
+    def total_problem(self, rule: str, message: str) -> None:
+        """A whole-archive total crossed while unpacking: names the archive and the entry."""
+        where = f" (crossed while unpacking {self.current})" if self.current else ""
+        self.archive_problem(rule, message + where)
 
     def count_entry(self) -> None:
         self.entries += 1
@@ -93,22 +131,34 @@ class _Collected:
         """Account for ``n`` more bytes of real unpacked data; stop at the whole-archive caps."""
         self.unpacked += n
         if self.unpacked > self.limits.max_total_bytes:
-            self.archive_problem(
+            self.total_problem(
                 "archive-too-large",
                 f"unpacks to more than {self.limits.max_total_bytes:,} bytes",
             )
             raise _Stop
-        self.check_ratio(self.unpacked)
 
-    def check_ratio(self, unpacked: int) -> None:
+    def check_stream_ratio(self, unpacked: int) -> None:
+        """The whole compressed stream's ratio (tar archives), judged above 1 MiB."""
         packed = max(self.packed_size, 1)
         if unpacked > _RATIO_FLOOR and unpacked > packed * self.limits.max_compression_ratio:
-            self.archive_problem(
+            self.unpacking_problem(
                 "archive-compression-ratio",
-                f"unpacks to {unpacked:,} bytes from {self.packed_size:,} (more than "
-                f"{self.limits.max_compression_ratio}x): a compression bomb",
+                f"the compressed stream unpacks to {unpacked:,} bytes from {self.packed_size:,} "
+                f"(more than {self.limits.max_compression_ratio}x): a compression bomb",
             )
             raise _Stop
+
+    def entry_ratio_problem(self, norm: str, unpacked: int, packed: int) -> Problem | None:
+        """The refusal of one zip entry whose own ratio is too high (judged above 64 KiB)."""
+        limit = self.limits.max_compression_ratio
+        if unpacked > _ENTRY_RATIO_FLOOR and unpacked > max(packed, 1) * limit:
+            return Problem(
+                norm,
+                "archive-compression-ratio",
+                f"unpacks to {unpacked:,} bytes from {packed:,} (more than {limit}x) in "
+                f"{self.filename}: a compression bomb",
+            )
+        return None
 
     def entry_name(self, raw: str, *, is_dir: bool) -> str | None:
         """Validate an entry name; return its normalised form, or None if refused/skippable."""
@@ -149,13 +199,17 @@ class _Collected:
             return False
         return True
 
-    def read_stream(self, norm: str, declared: int, handle: IO[bytes] | None) -> None:
-        """Unpack one entry in chunks, enforcing its declared size and the archive caps."""
+    def read_stream(
+        self, norm: str, declared: int, handle: IO[bytes] | None, *, packed: int | None = None
+    ) -> None:
+        """Unpack one entry in chunks, enforcing its declared size and the archive caps, and
+        its own compression ratio when its packed size is known (zip)."""
         if handle is None:
             self.problems.append(Problem(norm, "archive-corrupt", "entry data cannot be read"))
             raise _Stop
         chunks = []
         got = 0
+        self.current = norm
         with handle:
             while True:
                 chunk = handle.read(_CHUNK)
@@ -170,6 +224,11 @@ class _Collected:
                         )
                     )
                     raise _Stop
+                if packed is not None:
+                    problem = self.entry_ratio_problem(norm, got, packed)
+                    if problem is not None:
+                        self.problems.append(problem)
+                        raise _Stop
                 chunks.append(chunk)
         self.files[norm] = b"".join(chunks)
 
@@ -226,7 +285,8 @@ def _collect_zip(data: bytes, c: _Collected) -> None:
             c.count_entry()
             mode = info.external_attr >> 16 if info.create_system == 3 else 0
             is_dir = info.is_dir() or stat.S_ISDIR(mode)
-            norm = c.entry_name(info.filename, is_dir=is_dir)
+            # orig_filename is the name as stored; `filename` is cut at a NUL (see docstring).
+            norm = c.entry_name(info.orig_filename, is_dir=is_dir)
             if norm is None:
                 continue
             if stat.S_ISLNK(mode):
@@ -254,16 +314,19 @@ def _collect_zip(data: bytes, c: _Collected) -> None:
                 f"declares {declared_total:,} unpacked bytes; the limit is "
                 f"{c.limits.max_total_bytes:,}",
             )
-        try:
-            c.check_ratio(declared_total)
-        except _Stop:
-            pass
+        for norm, info in wanted:
+            if classify(norm) != "denied":
+                problem = c.entry_ratio_problem(norm, info.file_size, info.compress_size)
+                if problem is not None:
+                    c.problems.append(problem)
         if c.problems:
             raise _Stop
         for norm, info in wanted:
             try:
                 if c.wants(norm, info.file_size):
-                    c.read_stream(norm, info.file_size, archive.open(info))
+                    c.read_stream(
+                        norm, info.file_size, archive.open(info), packed=info.compress_size
+                    )
             except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, OSError) as exc:
                 c.problems.append(Problem(norm, "archive-corrupt", f"cannot be unpacked ({exc})"))
                 raise _Stop from None
@@ -292,12 +355,12 @@ class _CappedStream(io.RawIOBase):
         buffer[:n] = data
         self.produced += n
         if self.produced > self._cap:
-            self._c.archive_problem(
+            self._c.unpacking_problem(
                 "archive-too-large",
                 f"the compressed stream unpacks to more than {self._cap:,} bytes",
             )
             raise _Stop
-        self._c.check_ratio(self.produced)
+        self._c.check_stream_ratio(self.produced)
         return n
 
 
@@ -325,6 +388,9 @@ def _collect_tar(data: bytes, c: _Collected, compression: str | None) -> None:
             for member in _tar_members(archive):
                 c.count_entry()
                 norm = c.entry_name(member.name, is_dir=member.isdir())
+                # The data after a header is this entry's, unpacked or skipped (the skip reads
+                # it through the stream cap too), until the next header.
+                c.current = norm if member.isreg() else None
                 if norm is None:
                     continue
                 if member.issym():
@@ -378,14 +444,8 @@ def _archive_format(filename: str, data: bytes) -> tuple[str, str | None] | None
 
 
 def _skill_roots(paths: list[str]) -> list[str]:
-    """Directories holding a SKILL.md that are not inside another such directory."""
-    candidates = sorted(
-        {
-            p[: -len(SKILL_MD)].rstrip("/")
-            for p in paths
-            if p == SKILL_MD or p.endswith("/" + SKILL_MD)
-        }
-    )
+    """Directories holding a SKILL.md (any letter case) that are not inside another one."""
+    candidates = sorted({p.rpartition("/")[0] for p in paths if is_skill_md(p.rpartition("/")[2])})
     if "" in candidates:
         return [""]
     roots: list[str] = []
@@ -401,10 +461,21 @@ def bundles_from_archive(
     filename: str,
     limits: BundleLimits = BundleLimits(),
 ) -> tuple[list[Bundle], list[tuple[str, BundleError]]]:
+    """The valid skills of :func:`locate_archive_skills`, and the errors."""
+    located, errors = locate_archive_skills(data, filename=filename, limits=limits)
+    return [bundle for _, bundle in located], errors
+
+
+def locate_archive_skills(
+    data: bytes,
+    *,
+    filename: str,
+    limits: BundleLimits = BundleLimits(),
+) -> tuple[list[tuple[str, Bundle]], list[tuple[str, BundleError]]]:
     """Read every skill in an archive; see the module docstring for the rules.
 
-    Returns ``(valid bundles, [(skill directory in the archive, error), ...])``; the directory
-    of a skill at the top of the archive is ``"."``. Raises :class:`BundleError` when the
+    Returns ``([(skill directory in the archive, bundle), ...], [(directory, error), ...])``;
+    the directory of a skill at the top of the archive is ``"."``. Raises :class:`BundleError` when the
     archive as a whole is refused, or holds no SKILL.md at all.
     """
     collected = _Collected(filename=filename, limits=limits, packed_size=len(data))
@@ -434,7 +505,7 @@ def bundles_from_archive(
     roots = _skill_roots(every_path)
     if not roots:
         raise BundleError([Problem(filename, "skill-md-missing", "the archive holds no SKILL.md")])
-    bundles: list[Bundle] = []
+    bundles: list[tuple[str, Bundle]] = []
     errors: list[tuple[str, BundleError]] = []
     for root in roots:
         prefix = root + "/" if root else ""
@@ -464,14 +535,16 @@ def bundles_from_archive(
         )
         try:
             bundles.append(
-                assemble(
-                    content=content,
-                    sizes=sizes,
-                    policy_raw=policy_raw,
-                    dir_name=root.rsplit("/", 1)[-1] if root else None,
-                    limits=limits,
-                    findings=skipped_findings(skipped),
-                    seen_paths=[rel for rel, _ in skipped],
+                (
+                    root or ".",
+                    assemble(
+                        content=content,
+                        sizes=sizes,
+                        policy_raw=policy_raw,
+                        dir_name=root.rsplit("/", 1)[-1] if root else None,
+                        limits=limits,
+                        findings=skipped_findings(skipped),
+                    ),
                 )
             )
         except BundleError as exc:

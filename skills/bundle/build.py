@@ -7,7 +7,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .hashing import content_hash, sha256_hex
-from .paths import PathKind, check_path, classify, duplicate_problems, skipped_findings
+from .paths import (
+    PathKind,
+    check_path,
+    classify,
+    duplicate_problems,
+    is_skill_md,
+    skipped_findings,
+)
 from .skillmd import installation_problems, parse_skill_md, spec_findings, unstorable_text
 from .types import (
     POLICY_FILE,
@@ -92,6 +99,35 @@ def read_declared_policy(
     return parsed, [notice]
 
 
+def _canonical_skill_md(
+    content: dict[str, bytes], sizes: dict[str, int], findings: list[Finding]
+) -> list[Problem]:
+    """Store a SKILL.md written in another letter case as ``SKILL.md`` (in place), or refuse
+    a skill that has it in more than one case (which one counts would depend on the reader)."""
+    variants = sorted(p for p in sizes if is_skill_md(p))
+    if variants == [SKILL_MD] or not variants:
+        return []
+    if len(variants) > 1:
+        listed = ", ".join(variants)
+        return [
+            Problem(
+                path,
+                "skill-md-ambiguous",
+                f"SKILL.md is present in more than one letter case ({listed}); keep one",
+            )
+            for path in variants
+            if path != SKILL_MD
+        ]
+    [variant] = variants
+    sizes[SKILL_MD] = sizes.pop(variant)
+    if variant in content:
+        content[SKILL_MD] = content.pop(variant)
+    findings.append(
+        Finding(variant, "skill-md-case", f"{variant} is read and stored as SKILL.md", "info")
+    )
+    return []
+
+
 def assemble(
     *,
     content: Mapping[str, bytes],
@@ -102,33 +138,28 @@ def assemble(
     limits: BundleLimits,
     problems: Iterable[Problem] = (),
     findings: Iterable[Finding] = (),
-    seen_paths: Iterable[str] = (),
 ) -> Bundle:
     """Validate already-classified content files and build the Bundle, or raise every problem.
 
     ``content`` maps valid, normalised content paths to their bytes. ``sizes`` may list files
     whose bytes were deliberately not read (because they were already known to be too large);
     when omitted the sizes are those of ``content``. ``problems``/``findings`` carry what the
-    caller (directory scan, archive reader) already found. ``seen_paths`` (every path the input
-    had, content or not) only serves to hint at a mis-cased ``skill.md``.
+    caller (directory scan, archive reader) already found. A ``SKILL.md`` in another letter
+    case becomes ``SKILL.md``.
     """
     all_problems = list(problems)
     head_findings: list[Finding] = []
     tail_findings = list(findings)
+    content = dict(content)
     sizes = dict(sizes) if sizes is not None else {p: len(d) for p, d in content.items()}
     all_problems.extend(size_problems(sizes, limits))
+    all_problems.extend(_canonical_skill_md(content, sizes, head_findings))
 
     frontmatter: dict[str, Any] = {}
     body = ""
     if SKILL_MD not in sizes:
-        hint = ""
-        lower = {p.lower(): p for p in [*seen_paths, *sizes]}
-        if SKILL_MD.lower() in lower:
-            hint = f" (found {lower[SKILL_MD.lower()]!r}; the name is case-sensitive)"
         all_problems.append(
-            Problem(
-                SKILL_MD, "skill-md-missing", f"a skill needs a SKILL.md at its top level{hint}"
-            )
+            Problem(SKILL_MD, "skill-md-missing", "a skill needs a SKILL.md at its top level")
         )
     elif SKILL_MD in content and len(content[SKILL_MD]) <= limits.max_file_bytes:
         try:
@@ -209,7 +240,6 @@ def bundle_from_files(
         limits=limits,
         problems=problems,
         findings=skipped_findings(skipped),
-        seen_paths=valid_paths,
     )
 
 

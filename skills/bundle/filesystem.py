@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .build import BUNDLE_PATH, assemble, size_problems
-from .paths import DENIED_DIRS, PathKind, check_path, classify, skipped_findings
-from .types import SKILL_MD, Bundle, BundleError, BundleLimits, Finding, Problem
+from .paths import DENIED_DIRS, PathKind, check_path, classify, is_skill_md, skipped_findings
+from .types import Bundle, BundleError, BundleLimits, Finding, Problem
 
 #: Written into a prepared workspace; never skill content and not worth a finding.
 BASELINE_FILE = ".motor-baseline.json"
@@ -205,7 +205,7 @@ def scan_directory(path: Path, *, limits: BundleLimits) -> ScanResult:
                             total += st.st_size
                             if st.st_size > limits.max_file_bytes:
                                 continue
-                            if total > limits.max_total_bytes and norm != SKILL_MD:
+                            if total > limits.max_total_bytes and not is_skill_md(norm):
                                 continue
                             data = _read_at(dir_fd, entry.name, st, limits.max_file_bytes)
                             if data is None:
@@ -270,74 +270,107 @@ def bundle_from_directory(
         limits=limits,
         problems=scanned.problems,
         findings=scanned.findings,
-        seen_paths=scanned.skipped,
     )
 
 
-_TREE_DEPTH = 3  # directory levels searched below a tree root for skill directories
+def _find_tree_skills(
+    root: Path, limits: BundleLimits
+) -> tuple[list[str], list[tuple[str, BundleError]]]:
+    """Relative directories holding a SKILL.md in any letter case (not nested in another),
+    plus errors for links met and for a search that went over its budget.
 
-
-def _find_tree_skills(root: Path) -> tuple[list[str], list[tuple[str, BundleError]]]:
-    """Relative directories holding a SKILL.md (not nested in another), plus link errors."""
+    Hidden directories are searched (collections keep skills in ``.curated/``, ``.system/``);
+    denylisted ones (``.git/``, ``node_modules/``, ...) are not. There is no depth limit: the
+    search examines at most ``max_archive_entries * 50`` entries, like one skill's walk.
+    """
     found: list[str] = []
     errors: list[tuple[str, BundleError]] = []
-
-    def visit(directory: Path, rel: str, depth: int) -> None:
+    budget = limits.max_archive_entries * _WALK_FACTOR
+    visited = 0
+    stack: list[tuple[Path, str]] = [(root, "")]
+    while stack:
+        directory, rel = stack.pop()
         try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            with os.scandir(directory) as it:
+                entries = sorted(it, key=lambda e: e.name)
         except OSError:
-            return
+            continue
+        visited += len(entries)
+        if visited > budget:
+            problem = Problem(
+                BUNDLE_PATH,
+                "too-many-files",
+                f"more than {budget:,} files and directories to search for skills",
+            )
+            return sorted(found), [*errors, (BUNDLE_PATH, BundleError([problem]))]
+        subdirs: list[tuple[Path, str]] = []
         for entry in entries:
             child_rel = f"{rel}/{entry.name}" if rel else entry.name
-            if entry.name in DENIED_DIRS or entry.name.startswith("."):
+            if entry.name in DENIED_DIRS:
                 continue
             if entry.is_symlink():
-                errors.append(
-                    (
-                        child_rel,
-                        BundleError(
-                            [Problem(child_rel, "symlink", "symbolic links are never followed")]
-                        ),
-                    )
-                )
+                problem = Problem(child_rel, "symlink", "symbolic links are never followed")
+                errors.append((child_rel, BundleError([problem])))
                 continue
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            child = Path(entry.path)
-            if os.path.lexists(child / SKILL_MD):
+            if entry.is_dir(follow_symlinks=False):
+                subdirs.append((Path(entry.path), child_rel))
+        for child, child_rel in subdirs:
+            if _holds_skill_md(child):
                 found.append(child_rel)
-            elif depth < _TREE_DEPTH:
-                visit(child, child_rel, depth + 1)
-
-    visit(root, "", 1)
+            else:
+                stack.append((child, child_rel))
+    found.sort()
     return found, errors
+
+
+def _holds_skill_md(directory: Path) -> bool:
+    """Whether `directory` has an entry named SKILL.md in any letter case (not read)."""
+    try:
+        with os.scandir(directory) as it:
+            return any(is_skill_md(entry.name) for entry in it)
+    except OSError:
+        return False
 
 
 def bundles_from_tree(
     path: Path, *, limits: BundleLimits = BundleLimits()
 ) -> tuple[list[Bundle], list[tuple[str, BundleError]]]:
+    """The valid skills of :func:`locate_tree_skills`, and the errors (a directory that is one
+    invalid skill is keyed by its own name)."""
+    located, errors = locate_tree_skills(path, limits=limits)
+    if errors and errors[0][0] == "." and _holds_skill_md(Path(path)):
+        errors = [(Path(path).name, exc) for _, exc in errors]
+    return [bundle for _, bundle in located], errors
+
+
+def locate_tree_skills(
+    path: Path, *, limits: BundleLimits = BundleLimits()
+) -> tuple[list[tuple[str, Bundle]], list[tuple[str, BundleError]]]:
     """Read a directory that is one skill, or that holds skill directories.
 
-    If ``path`` has a SKILL.md it is one skill (keyed by its own name). Otherwise every
-    directory up to three levels down that holds a SKILL.md is a skill (keyed by its path
-    relative to ``path``; skills are not looked for inside other skills, hidden or denylisted
-    directories). Each skill is validated on its own: the valid ones are returned, the others
-    listed with their error. Symbolic links met while searching are reported as errors.
+    Returns ``([(where, bundle), ...], [(where, error), ...])``, ``where`` being the skill's
+    directory relative to ``path`` (``"."`` for ``path`` itself).
+
+    If ``path`` has a SKILL.md (in any letter case) it is one skill. Otherwise every directory below that holds one is a skill (keyed by its path relative to
+    ``path``; skills are not looked for inside other skills or denylisted directories; hidden
+    directories are searched; see :func:`_find_tree_skills` for the bound). Each skill is
+    validated on its own: the valid ones are returned, the others listed with their error.
+    Symbolic links met while searching are reported as errors.
     """
     path = Path(path)
     if os.path.islink(path):
         problem = Problem(BUNDLE_PATH, "symlink", "the skill directory is a symbolic link")
-        return [], [(path.name, BundleError([problem]))]
-    if os.path.lexists(path / SKILL_MD):
+        return [], [(BUNDLE_PATH, BundleError([problem]))]
+    if _holds_skill_md(path):
         try:
-            return [bundle_from_directory(path, limits=limits)], []
+            return [(BUNDLE_PATH, bundle_from_directory(path, limits=limits))], []
         except BundleError as exc:
-            return [], [(path.name, exc)]
-    found, errors = _find_tree_skills(path)
-    bundles: list[Bundle] = []
+            return [], [(BUNDLE_PATH, exc)]
+    found, errors = _find_tree_skills(path, limits)
+    bundles: list[tuple[str, Bundle]] = []
     for rel in found:
         try:
-            bundles.append(bundle_from_directory(path / rel, limits=limits))
+            bundles.append((rel, bundle_from_directory(path / rel, limits=limits)))
         except BundleError as exc:
             errors.append((rel, exc))
     if not found and not errors:

@@ -8,7 +8,8 @@ a reviewer).
 
 :func:`classify` then decides what a valid path *is*:
 
-* ``"content"``  — ``SKILL.md``, ``references/**``, ``scripts/**``, ``assets/**``
+* ``"content"``  — ``SKILL.md`` (in any letter case, as peers accept it; the bundle stores it
+  as ``SKILL.md``), ``references/**``, ``scripts/**``, ``assets/**``
 * ``"policy"``   — the top-level ``policy.json`` (host-side sidecar, never content)
 * ``"denied"``   — anything under ``node_modules/``, ``.cache/``, ``.local/``, ``.git/`` (and the
   Python caches/virtualenvs and ``__MACOSX/``, at any depth) or named ``*.log``, ``.DS_Store``,
@@ -136,6 +137,11 @@ def _printable(raw: str) -> str:
     return "".join(out)
 
 
+def is_skill_md(name: str) -> bool:
+    """Whether a file name is SKILL.md in some letter case (``skill.md``, ``Skill.MD``)."""
+    return name.lower() == SKILL_MD.lower()
+
+
 def classify(path: str) -> PathKind:
     """Say what a valid, normalised path is (see the module docstring)."""
     segments = path.split("/")
@@ -145,7 +151,7 @@ def classify(path: str) -> PathKind:
         return "denied"
     if path == POLICY_FILE:
         return "policy"
-    if path == SKILL_MD:
+    if is_skill_md(path):
         return "content"
     if len(segments) >= 2 and segments[0] in CONTENT_DIRS:
         return "content"

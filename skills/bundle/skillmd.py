@@ -9,8 +9,8 @@ Three levels, from most to least forgiving:
    duplicate keys, and frontmatter that is not a mapping.
 2. :func:`spec_findings` lists every deviation from the Agent Skills specification (warnings).
 3. :func:`installation_problems` is what the store insists on before a skill is installed
-   (``^[a-z][a-z0-9-]*[a-z0-9]$``, ≤ 64 chars, equal to its directory, a description of
-   1–1024 chars).
+   (``^[a-z][a-z0-9-]*[a-z0-9]$`` without ``--``, ≤ 64 chars, equal to its directory, a
+   description of 1–1024 chars).
 
 YAML is read with a :class:`yaml.SafeLoader` subclass (never ``yaml.load``) that refuses
 duplicate mapping keys: YAML itself requires keys to be unique, PyYAML would silently keep the last
@@ -130,11 +130,26 @@ def _flow_depth(text: str) -> int:
     return deepest
 
 
+class _Unbuildable(Exception):
+    """YAML that parses but whose values Python cannot build (a 4,301-digit integer, the 45th
+    of month 13): PyYAML lets the constructor's ValueError/OverflowError escape as is."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def _load_yaml(text: str) -> Any:
+    """Load frontmatter YAML; every failure is one of yaml.YAMLError, _DuplicateKey,
+    _TooComplex or _Unbuildable, never a stray exception of the constructors."""
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:  # PyYAML composes nested collections recursively
         raise _TooComplex from None
+    except (yaml.YAMLError, _DuplicateKey, _TooComplex):
+        raise
+    except (ValueError, OverflowError, ArithmeticError, TypeError, LookupError) as exc:
+        raise _Unbuildable(str(exc).split(";")[0][:200]) from None
 
 
 _UNQUOTED_COLON_VALUE = re.compile(
@@ -162,7 +177,8 @@ def parse_skill_md(data: bytes | str) -> ParsedSkillMd:
 
     Raises :class:`BundleError` (path ``SKILL.md``) for: undecodable bytes (``skill-md-encoding``),
     no frontmatter (``frontmatter-missing``), no closing ``---`` (``frontmatter-unterminated``),
-    YAML that cannot be parsed even after repair (``yaml-invalid``), duplicate keys
+    YAML that cannot be parsed even after repair, or whose values cannot be built (an integer
+    of more than 4,300 digits, an impossible date) (``yaml-invalid``), duplicate keys
     (``yaml-duplicate-key``), alias bombs (``yaml-too-complex``) and frontmatter that is not a
     mapping (``frontmatter-not-mapping``). The returned frontmatter is JSON-safe.
     """
@@ -231,13 +247,17 @@ def parse_skill_md(data: bytes | str) -> ParsedSkillMd:
             "yaml-duplicate-key",
             f"frontmatter key {dup.key!r} appears more than once (line {dup.line + first + 1})",
         ) from None
+    except _Unbuildable as bad:
+        raise fail(
+            "yaml-invalid", f"frontmatter holds a value that cannot be read: {bad.reason}"
+        ) from None
     except yaml.YAMLError as exc:
         repaired = _quote_colon_values(yaml_text)
         loaded = None
         if repaired is not None:
             try:
                 loaded = _load_yaml(repaired)
-            except (yaml.YAMLError, _DuplicateKey, _TooComplex):
+            except (yaml.YAMLError, _DuplicateKey, _TooComplex, _Unbuildable):
                 repaired = None
         if repaired is None:
             mark = getattr(exc, "problem_mark", None)
@@ -394,6 +414,8 @@ def installation_problems(frontmatter: dict[str, Any], dir_name: str | None) -> 
                 f"'name' {name!r} must be lowercase ASCII letters, digits and '-', start with a "
                 "letter and not end with '-'",
             )
+        if "--" in name:
+            refuse("name-double-hyphen", f"'name' {name!r} must not contain consecutive hyphens")
         if dir_name is not None and name != dir_name:
             refuse(
                 "name-dir-mismatch",

@@ -13,7 +13,8 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 
 from cognition.services import credential_set, personal_token_create
-from skills.services import Actor, skill_import_pasted
+from skills.imports import skill_import_pasted
+from skills.services import Actor
 from tests.skills.admin_support import make_user
 
 from .conftest import World, skill_md

@@ -61,6 +61,69 @@ def test_an_invalid_skill_md_is_a_400_naming_the_rule_and_nothing_is_stored(worl
     assert state_snapshot() == before
 
 
+def test_frontmatter_python_cannot_read_is_a_400_naming_file_and_rule(world: World) -> None:
+    # given a SKILL.md whose frontmatter holds an integer of 4,301 digits
+    text = "---\nname: mailer\ndescription: d\nversion: " + "9" * 4301 + "\n---\nbody\n"
+    before = state_snapshot()
+
+    # when
+    response = bearer(world.alpha_token).post(SKILLS, {"skill_md": text}, format="json")
+
+    # then
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "skill_invalid"
+    assert [(p["path"], p["rule"]) for p in error["details"]["problems"]] == [
+        ("SKILL.md", "yaml-invalid")
+    ]
+    assert state_snapshot() == before
+
+
+def test_pasting_over_a_skill_imported_from_elsewhere_is_409_naming_both_sources(
+    world: World, tmp_path
+) -> None:
+    # given alpha's skill "mailer" imported from a registry checkout
+    from skills.imports import skill_import_directory
+    from tests.skills.conftest import write_skill
+
+    write_skill(tmp_path, "mailer")
+    skill_import_directory(path=tmp_path, actor=Actor.system("import"), agent=world.alpha)
+    before = state_snapshot()
+
+    # when alpha pastes another "mailer"
+    alpha = bearer(world.alpha_token)
+    response = alpha.post(SKILLS, {"skill_md": skill_md("mailer")}, format="json")
+
+    # then it is refused naming both sources, and nothing changed
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert error["code"] == "skill_source_conflict"
+    assert str(tmp_path.resolve()) in error["message"]
+    assert "local" in error["message"]
+    assert state_snapshot() == before
+
+    # and with a new name it is installed beside the first
+    response = alpha.post(
+        SKILLS, {"skill_md": skill_md("mailer"), "name": "mailer-local"}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["skill"] == "mailer-local"
+    assert sorted(Skill.objects.values_list("name", flat=True)) == ["mailer", "mailer-local"]
+
+
+def test_a_new_name_that_breaks_the_rules_is_a_400(world: World) -> None:
+    before = state_snapshot()
+    response = bearer(world.alpha_token).post(
+        SKILLS, {"skill_md": skill_md("mailer"), "name": "Mailer--x"}, format="json"
+    )
+    assert response.status_code == 400
+    assert {p["rule"] for p in response.json()["error"]["details"]["problems"]} == {
+        "name-format",
+        "name-double-hyphen",
+    }
+    assert state_snapshot() == before
+
+
 def test_a_missing_field_is_a_400_with_the_field_named(world: World) -> None:
     response = bearer(world.alpha_token).post(SKILLS, {}, format="json")
     assert response.status_code == 400

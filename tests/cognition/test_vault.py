@@ -12,7 +12,8 @@ from cognition.models import Credential
 from cognition.selectors import credential_list_names, credentials_resolve
 from cognition.services import credential_delete, credential_set
 from skills.errors import CredentialsUnreadable
-from skills.services import Actor, policy_update, skill_import_pasted
+from skills.imports import skill_import_pasted
+from skills.services import Actor, policy_update
 
 from .conftest import SECRET, World, raw_credential_column, skill_md
 

@@ -10,14 +10,9 @@ from django.contrib.auth.models import User
 from cognition.brain.models import BrainWake, WakeState
 from cognition.models import Agent, Conversation, Message
 from runs.models import Signal
+from skills.imports import skill_import_pasted
 from skills.models import Policy
-from skills.services import (
-    Actor,
-    policy_approve,
-    policy_review,
-    policy_update,
-    skill_import_pasted,
-)
+from skills.services import Actor, policy_approve, policy_review, policy_update
 
 DOCS_PAGE = """AgentMail API (v1)
 

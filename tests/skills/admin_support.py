@@ -9,8 +9,9 @@ from django.contrib.auth.models import Permission, User
 
 from cognition.models import Agent
 from cognition.services import agent_create
+from skills.imports import skill_import_directory
 from skills.models import Policy
-from skills.services import Actor, skill_import_directory
+from skills.services import Actor
 
 PASSWORD = "correct-horse-battery-9"  # noqa: S105 - test login
 
@@ -83,7 +84,11 @@ def import_skill(
         target = skill_dir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    (result,) = skill_import_directory(path=skill_dir, actor=Actor.system("import"), agent=agent)
+    # One stated source: a second import of the same name is that publisher's next version.
+    report = skill_import_directory(
+        path=skill_dir, actor=Actor.system("import"), agent=agent, source="test registry"
+    )
+    (result,) = report.installed
     assert result.policy is not None
     return result.policy
 

@@ -100,6 +100,71 @@ def test_an_archive_of_two_skills_installs_both_without_a_policy(importer: User)
     assert Policy.objects.count() == 0
 
 
+def _good_and_bad_zip() -> SimpleUploadedFile:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, text in WEATHER_SKILL.items():
+            archive.writestr(f"weather-report/{path}", text)
+        archive.writestr("broken/SKILL.md", "no frontmatter\n")
+    return SimpleUploadedFile("skills.zip", buffer.getvalue(), content_type="application/zip")
+
+
+def test_an_archive_installs_its_valid_skills_and_names_the_refused(importer: User) -> None:
+    # when an archive with one valid and one invalid skill is uploaded
+    client = logged_in(importer)
+    response = client.post(reverse(IMPORT_URL), {"archive": _good_and_bad_zip()})
+
+    # then the valid one is installed and the list says what was refused, with file and rule
+    assert response.status_code == 302
+    assert list(Skill.objects.values_list("name", flat=True)) == ["weather-report"]
+    page = client.get(response["Location"]).content.decode()
+    assert "Refused broken: broken/SKILL.md:" in page
+    assert "[frontmatter-missing]" in page
+
+
+def test_all_or_nothing_imports_nothing_from_an_archive_with_a_refused_skill(
+    importer: User,
+) -> None:
+    response = logged_in(importer).post(
+        reverse(IMPORT_URL), {"archive": _good_and_bad_zip(), "all_or_nothing": "on"}
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Nothing was imported:" in html
+    assert "[frontmatter-missing]" in html
+    assert Skill.objects.count() == 0
+    assert PolicyAuditEvent.objects.count() == 0
+
+
+def _weather_zip(filename: str, extra: str = "") -> SimpleUploadedFile:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path, text in WEATHER_SKILL.items():
+            archive.writestr(f"weather-report/{path}", text + extra)
+    return SimpleUploadedFile(filename, buffer.getvalue(), content_type="application/zip")
+
+
+def test_a_new_release_is_a_new_version_only_from_the_stated_source(importer: User) -> None:
+    # given weather-report imported from release 1 of a registry
+    client = logged_in(importer)
+    source = "https://registry.example/weather"
+    client.post(reverse(IMPORT_URL), {"archive": _weather_zip("r1.zip"), "source": source})
+
+    # when release 2 comes without a source, it is refused naming both sources
+    refused = client.post(reverse(IMPORT_URL), {"archive": _weather_zip("r2.zip", "\n# r2\n")})
+    html = refused.content.decode()
+    assert "Nothing was imported:" in html
+    assert "[skill-source-conflict]" in html
+    assert source in html and "r2.zip" in html
+    assert Skill.objects.get().current_version.number == 1
+
+    # and with the source stated it is the next version
+    client.post(
+        reverse(IMPORT_URL), {"archive": _weather_zip("r2.zip", "\n# r2\n"), "source": source}
+    )
+    assert Skill.objects.get().current_version.number == 2
+
+
 def test_both_or_neither_input_is_a_form_error(importer: User) -> None:
     client = logged_in(importer)
     upload = SimpleUploadedFile("x.zip", b"PK\x05\x06" + b"\x00" * 18)

@@ -116,11 +116,22 @@ def test_a_file_that_is_also_a_directory_is_refused():
     ]
 
 
-def test_missing_skill_md_is_refused_with_a_case_hint():
+def test_skill_md_in_another_letter_case_is_stored_as_skill_md():
+    # when
+    bundle = bundle_from_files({"skill.md": SKILL}, dir_name="demo")
+
+    # then it is the skill's SKILL.md, and the reviewer is told
+    assert [f.path for f in bundle.files] == ["SKILL.md"]
+    assert (
+        bundle.content_hash == bundle_from_files({"SKILL.md": SKILL}, dir_name="demo").content_hash
+    )
+    assert ("skill.md", "skill-md-case") in [(f.path, f.rule) for f in bundle.findings]
+
+
+def test_missing_skill_md_is_refused():
     with pytest.raises(BundleError) as info:
-        bundle_from_files({"skill.md": SKILL}, dir_name="demo")
+        bundle_from_files({"references/a.md": b"a"}, dir_name="demo")
     assert [(p.path, p.rule) for p in info.value.problems] == [("SKILL.md", "skill-md-missing")]
-    assert "found 'skill.md'" in info.value.problems[0].message
 
 
 def test_file_of_1_1_mb_is_refused_naming_the_file():

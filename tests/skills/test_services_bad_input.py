@@ -13,13 +13,9 @@ import pytest
 
 from skills.bundle import content_hash
 from skills.errors import SkillValidationError
+from skills.imports import skill_import_archive, skill_import_directory, skill_import_pasted
 from skills.models import PolicyStatus
-from skills.services import (
-    skill_import_archive,
-    skill_import_directory,
-    skill_import_pasted,
-    skill_install_bundle,
-)
+from skills.services import skill_install_bundle
 from tests.skills.conftest import make_bundle, skill_md, write_skill
 
 pytestmark = pytest.mark.django_db
@@ -190,7 +186,9 @@ def test_symlink_to_etc_passwd_refused(tmp_path: Path, agent, system_actor, snap
     assert snapshot() == before
 
 
-def test_tree_with_one_invalid_skill_imports_nothing(tmp_path: Path, agent, system_actor, snapshot):
+def test_tree_with_one_invalid_skill_imports_nothing_when_all_or_nothing(
+    tmp_path: Path, agent, system_actor, snapshot
+):
     # given one good and one bad skill side by side
     write_skill(tmp_path, "good")
     bad = tmp_path / "bad"
@@ -200,7 +198,7 @@ def test_tree_with_one_invalid_skill_imports_nothing(tmp_path: Path, agent, syst
 
     # when / then: the problem path names the skill directory inside the tree
     with pytest.raises(SkillValidationError) as caught:
-        skill_import_directory(path=tmp_path, actor=system_actor, agent=agent)
+        skill_import_directory(path=tmp_path, actor=system_actor, agent=agent, all_or_nothing=True)
     assert _rules(caught.value) == {("bad/SKILL.md", "frontmatter-missing")}
     assert "nothing was imported" in caught.value.message
     assert snapshot() == before
@@ -274,7 +272,7 @@ def test_compression_bomb_refused(agent, system_actor, snapshot):
         skill_import_archive(
             data=buffer.getvalue(), filename="bomb.tar.gz", actor=system_actor, agent=agent
         )
-    assert _rules(caught.value) == {("bomb.tar.gz", "archive-compression-ratio")}
+    assert _rules(caught.value) == {("weather/assets/zeros.bin", "archive-compression-ratio")}
     assert snapshot() == before
 
 
@@ -305,12 +303,10 @@ def test_bad_policy_json_proposal_refuses_the_import(tmp_path: Path, agent, syst
     before = snapshot()
 
     # when / then
-    from skills.errors import PolicyValidationError
-
-    with pytest.raises(PolicyValidationError) as caught:
+    with pytest.raises(SkillValidationError) as caught:
         skill_import_directory(path=directory, actor=system_actor, agent=agent)
-    assert caught.value.details == {"field": "tools", "rule": "known_tool", "value": "sudo"}
-    assert "policy.json" in caught.value.message
+    assert _rules(caught.value) == {("policy.json", "known_tool")}
+    assert "unknown tool 'sudo'" in caught.value.message
     assert snapshot() == before
 
 
@@ -346,7 +342,7 @@ def test_non_utf8_directory_name_is_stored_escaped_in_the_provenance(
     write_skill(root, "weather")
 
     # when
-    [result] = skill_import_directory(path=root, actor=system_actor, agent=agent)
+    [result] = skill_import_directory(path=root, actor=system_actor, agent=agent).installed
 
     # then the import works and the provenance shows the byte escaped
     assert result.version.provenance["source"] == str(tmp_path) + "/skills-\\udcff"
@@ -359,7 +355,7 @@ def test_archive_file_name_with_a_nul_is_stored_escaped(agent, system_actor):
         filename="w\x00.zip",
         actor=system_actor,
         agent=agent,
-    )
+    ).installed
 
     # then
     assert result.version.provenance["source"] == "w\\x00.zip"
@@ -373,9 +369,12 @@ def test_tree_holding_one_skill_twice_imports_nothing(
     write_skill(tmp_path / "team-b", "weather", body="# other\n")
     before = snapshot()
 
-    # when / then
+    # when / then: neither copy is "the" weather skill
     with pytest.raises(SkillValidationError) as caught:
         skill_import_directory(path=tmp_path, actor=system_actor, agent=agent)
-    assert caught.value.details == {"rule": "duplicate_skill", "names": ["weather"], "problems": []}
-    assert caught.value.message == "The import contains skill 'weather' more than once."
+    assert _rules(caught.value) == {
+        ("team-a/weather/SKILL.md", "duplicate_skill"),
+        ("team-b/weather/SKILL.md", "duplicate_skill"),
+    }
+    assert "team-b/weather" in caught.value.message
     assert snapshot() == before

@@ -9,13 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from skills.imports import skill_import_archive, skill_import_directory, skill_import_pasted
 from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus, Skill, SkillVersion
-from skills.services import (
-    skill_import_archive,
-    skill_import_directory,
-    skill_import_pasted,
-    skill_install_bundle,
-)
+from skills.services import skill_install_bundle
 from tests.skills.conftest import make_bundle, skill_md, write_skill
 
 pytestmark = pytest.mark.django_db
@@ -126,7 +122,7 @@ def test_import_directory_tree_installs_every_skill(tmp_path: Path, agent, syste
     write_skill(tmp_path, "beta")
 
     # when
-    results = skill_import_directory(path=tmp_path, actor=system_actor, agent=agent)
+    results = skill_import_directory(path=tmp_path, actor=system_actor, agent=agent).installed
 
     # then
     assert sorted(r.skill.name for r in results) == ["alpha", "beta"]
@@ -141,7 +137,7 @@ def test_import_single_skill_directory(tmp_path: Path, system_actor):
     directory = write_skill(tmp_path, "alpha", {"scripts/run.sh": "echo hi\n"})
 
     # when
-    results = skill_import_directory(path=directory, actor=system_actor)
+    results = skill_import_directory(path=directory, actor=system_actor).installed
 
     # then
     assert [r.skill.name for r in results] == ["alpha"]
@@ -161,7 +157,7 @@ def test_import_uses_policy_json_only_as_a_proposal(tmp_path: Path, agent, syste
     directory = write_skill(tmp_path, "alpha", {"policy.json": policy_json})
 
     # when
-    [result] = skill_import_directory(path=directory, actor=system_actor, agent=agent)
+    [result] = skill_import_directory(path=directory, actor=system_actor, agent=agent).installed
 
     # then it is not content, not approved, and no credential value was taken from it
     policy = Policy.objects.get(pk=result.policy.pk)
@@ -205,7 +201,9 @@ def test_import_archive_installs_its_skills(filename, pack, agent, system_actor)
     )
 
     # when
-    results = skill_import_archive(data=data, filename=filename, actor=system_actor, agent=agent)
+    results = skill_import_archive(
+        data=data, filename=filename, actor=system_actor, agent=agent
+    ).installed
 
     # then
     assert sorted((r.skill.name, r.version.number) for r in results) == [("alpha", 1), ("beta", 1)]

@@ -8,14 +8,9 @@ import hashlib
 
 import pytest
 
+from skills.imports import skill_import_pasted
 from skills.models import PolicyStatus
-from skills.services import (
-    policy_approve,
-    policy_review,
-    policy_update,
-    skill_import_pasted,
-    skill_install_bundle,
-)
+from skills.services import policy_approve, policy_review, policy_update, skill_install_bundle
 from tests.skills.conftest import make_bundle
 
 pytestmark = pytest.mark.django_db
@@ -166,7 +161,7 @@ def test_review_diff_against_the_last_approved_version_with_capability_diff(
 def test_review_lists_the_strict_spec_report(agent, system_actor, approver_actor):
     # given an installable skill that deviates from the Agent Skills spec
     text = (
-        "---\nname: spec--loose\ndescription: d\nhomepage: https://docs.tools.dev\n"
+        "---\nname: spec-loose\ndescription: d\nhomepage: https://docs.tools.dev\n"
         "compatibility: " + "c" * 501 + "\n---\n# Body\n"
     )
     installed = skill_import_pasted(text=text, actor=system_actor, agent=agent)
@@ -176,7 +171,6 @@ def test_review_lists_the_strict_spec_report(agent, system_actor, approver_actor
 
     # then every deviation is listed as a finding, none of them refused the install
     assert [(f["path"], f["rule"]) for f in policy.review_facts["spec_findings"]] == [
-        ("SKILL.md", "spec-name-double-hyphen"),
         ("SKILL.md", "spec-compatibility"),
         ("SKILL.md", "spec-unknown-field"),
     ]

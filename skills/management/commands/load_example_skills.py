@@ -6,8 +6,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from skills.errors import SkillError
+from skills.imports import skill_import_directory
 from skills.management.commands._common import agent_by_name, describe
-from skills.services import Actor, skill_import_directory
+from skills.services import Actor
 
 
 class Command(BaseCommand):
@@ -23,10 +24,14 @@ class Command(BaseCommand):
     def handle(self, *args: object, **options: object) -> None:
         agent = agent_by_name(options.get("agent"))  # type: ignore[arg-type]
         try:
-            results = skill_import_directory(
-                path=settings.MOTOR_EXAMPLE_SKILLS_DIR, actor=Actor.system("examples"), agent=agent
+            # The examples ship with the project: one of them refused is a defect to surface.
+            report = skill_import_directory(
+                path=settings.MOTOR_EXAMPLE_SKILLS_DIR,
+                actor=Actor.system("examples"),
+                agent=agent,
+                all_or_nothing=True,
             )
         except SkillError as exc:
-            raise CommandError(exc.message) from exc
-        for result in results:
+            raise CommandError(exc.describe()) from exc
+        for result in report.installed:
             self.stdout.write(describe(result))

@@ -13,8 +13,9 @@ from cognition.brain.services import brain_wake_handle
 from cognition.models import Conversation, Message
 from runs.models import SignalKind
 from runs.outbox import signal_emit
+from skills.imports import skill_import_pasted
 from skills.models import Policy, PolicyStatus
-from skills.services import Actor, skill_import_pasted
+from skills.services import Actor
 from tests.cognition.conftest import World, skill_md
 from tests.fixtures.llm import reply_text
 from tests.skills.admin_support import PASSWORD

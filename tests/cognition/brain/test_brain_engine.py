@@ -9,8 +9,9 @@ import pytest
 from cognition.brain.models import Message
 from cognition.brain.services import conversation_post_message
 from cognition.models import Conversation
+from skills.imports import skill_import_pasted
 from skills.models import Policy, PolicyStatus
-from skills.services import Actor, skill_import_pasted
+from skills.services import Actor
 from tests.cognition.conftest import World, skill_md
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 

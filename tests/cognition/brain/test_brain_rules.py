@@ -14,8 +14,9 @@ from cognition.brain.services import (
 from cognition.models import Conversation, Credential
 from runs.models import MotorRun, RunStatus, Signal, SignalKind
 from runs.outbox import signal_emit
+from skills.imports import skill_import_pasted
 from skills.models import Policy, PolicyStatus
-from skills.services import Actor, policy_review, skill_import_pasted
+from skills.services import Actor, policy_review
 from tests.cognition.conftest import World, skill_md
 from tests.fixtures.llm import ScriptedLLM, reply_text, reply_tools, tool_call
 from tests.runs.helpers import drive
