@@ -23,8 +23,10 @@ trusted. A reviewer sees these facts before deciding, and the sandbox still enfo
 Shell specials (``$0``-``$9``, ``$?``, ``$!``, ``$@``, ``$#``, ``$$``, ``$*``, ``$-``,
 ``$_``) and well-known non-secret variables (:data:`WELL_KNOWN_VARS`) are never reported.
 
-**Domains**: the host of every ``http://``/``https://`` URL, parsed with :mod:`urllib.parse`,
-lowercased, IDNA-encoded, without a trailing dot; placeholder hosts (``localhost``,
+**Domains**: the host of every ``http(s)://``, ``ws(s)://``, ``ftp(s)://`` and ``sftp://`` URL,
+parsed with :mod:`urllib.parse`, and every host name written without a scheme in prose, shell
+lines or code strings (:mod:`.hosts`: public-suffix-aware, file names and attribute chains left
+out); lowercased, IDNA-encoded, without a trailing dot; placeholder hosts (``localhost``,
 ``example.com``/``.org``/``.net`` and their subdomains, the reserved ``.example``, ``.test``,
 ``.invalid`` and ``.localhost`` TLDs, ``your-*`` hosts, loopback and unspecified addresses) are
 left out. A declared domain covers a host when equal, or when it is ``*.parent`` and the host is
@@ -48,6 +50,7 @@ from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
 from .hashing import content_hash, sha256_hex
+from .hosts import bare_hosts
 from .malware_rules import suspicious_findings
 from .skillmd import parse_skill_md
 from .skillmd import spec_findings as _spec_findings
@@ -119,7 +122,7 @@ _SHELL_ASSIGNED = [
 # `read [-opts] NAME...` up to the end of the command; every bare word there counts as assigned.
 _SHELL_READ = re.compile(r"\bread\b([^;&|\n]*)")
 _BARE_WORD = re.compile(r"(?<![-\w$])([A-Za-z_][A-Za-z0-9_]*)")
-_URL = re.compile(r"(?i)(?<![A-Za-z0-9])https?://[^\s<>\"'`\\(){}\[\]|^]+")
+_URL = re.compile(r"(?i)(?<![A-Za-z0-9])(?:https?|wss?|ftps?|sftp)://[^\s<>\"'`\\(){}\[\]|^]+")
 _HOST_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)+$")
 
 _MAX_DIFF_CHARS = 200_000
@@ -279,6 +282,10 @@ def _domains(path: str, text: str) -> tuple[set[str], list[Finding]]:
                 )
             continue
         findings.append(_raw_ip_finding(path, _line_of(text, match.start()), ip))
+    for _, raw_host in bare_hosts(path, text):
+        host = normalise_host(raw_host)
+        if host is not None and not is_placeholder_host(host):
+            hosts.add(host)
     return hosts, findings
 
 
