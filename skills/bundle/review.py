@@ -51,6 +51,7 @@ from urllib.parse import urlsplit
 
 from .hashing import content_hash, sha256_hex
 from .hosts import bare_hosts
+from .lookalike import lookalike_findings
 from .malware_rules import suspicious_findings
 from .skillmd import parse_skill_md
 from .skillmd import spec_findings as _spec_findings
@@ -403,13 +404,15 @@ def review_bundle(
     declared_credentials: Iterable[str] = (),
     provenance: dict[str, Any] | None = None,
     skill_name: str | None = None,
+    installed_names: Iterable[str] = (),
 ) -> ReviewFacts:
     """Review a skill's files against what its policy declares.
 
     ``files`` is a Bundle or ``{relative path: bytes}`` (policy.json, if present, is ignored).
     ``spec_findings`` is the strict Agent Skills report on SKILL.md (what the lenient parser
     tolerated plus every spec deviation); ``skill_name``, when given, is the directory name
-    the spec wants the ``name`` field to equal.
+    the spec wants the ``name`` field to equal. ``installed_names`` are the other installed
+    skills: a name that imitates one of them (:mod:`.lookalike`) is a suspicious finding.
     """
     file_map = as_file_map(files)
     declared_domains = sorted({d.strip().lower() for d in declared_domains if d.strip()})
@@ -471,6 +474,9 @@ def review_bundle(
                 {"kind": "declared_but_unreferenced", "category": "credential", "value": cred}
             )
 
+    suspicious.extend(
+        lookalike_findings(skill_name or _frontmatter_name(file_map), installed_names)
+    )
     suspicious.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], f.path.encode("utf-8")))
     return ReviewFacts(
         suspicious=suspicious,
@@ -489,6 +495,14 @@ def review_bundle(
         declared_credentials=declared_credentials,
         spec_findings=_spec_report(file_map.get(SKILL_MD), skill_name),
     )
+
+
+def _frontmatter_name(file_map: Mapping[str, bytes]) -> str | None:
+    try:
+        name = parse_skill_md(file_map[SKILL_MD]).frontmatter.get("name")
+    except (KeyError, BundleError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _spec_report(skill_md: bytes | None, skill_name: str | None) -> list[Finding]:
