@@ -5,7 +5,7 @@ public write-ups of malicious agent skills (hosts and addresses moved to reserve
 ``benign/`` ordinary skills, hard cases included. A skill counts as flagged when the review
 gives it at least one suspicious finding of severity warning or danger.
 
-Print the table: ``uv run python -m tests.skills.detector_eval``.
+Print the rule table and the results: ``uv run python -m tests.skills.detector_eval``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from skills.bundle import review_bundle
+from skills.bundle.malware_rules import RULES
 
 EVAL_DIR = Path(__file__).parent / "data" / "detector_eval"
 
@@ -50,7 +51,16 @@ def rate(outcomes: list[Outcome]) -> float:
     return sum(o.flagged for o in outcomes) / len(outcomes)
 
 
+def print_rules() -> None:
+    width = max(len(rule.id) for rule in RULES)
+    for rule in RULES:
+        examples = f"{len(rule.must_match)} must match, {len(rule.must_not_match)} must not"
+        print(f"{rule.id:{width}}  {rule.severity:7}  {rule.catches}  ({examples})")
+    print()
+
+
 def main() -> None:
+    print_rules()
     malicious, benign = evaluate("malicious"), evaluate("benign")
     width = max(len(o.name) for o in malicious + benign)
     for outcome in malicious + benign:
