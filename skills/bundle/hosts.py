@@ -18,6 +18,7 @@ IP addresses written bare are left to the suspicious-pattern rules.
 
 from __future__ import annotations
 
+import bisect
 import re
 
 from publicsuffixlist import PublicSuffixList
@@ -88,8 +89,10 @@ def _code_regions(path: str, text: str) -> list[tuple[int, int]]:
     return regions
 
 
-def _in_regions(position: int, regions: list[tuple[int, int]]) -> bool:
-    return any(start <= position < end for start, end in regions)
+def _in_regions(position: int, regions: list[tuple[int, int]], starts: list[int]) -> bool:
+    """Whether ``position`` lies in one of the sorted, disjoint ``regions`` (``starts``: theirs)."""
+    index = bisect.bisect_right(starts, position) - 1
+    return index >= 0 and position < regions[index][1]
 
 
 def is_public_host(host: str) -> bool:
@@ -101,6 +104,7 @@ def is_public_host(host: str) -> bool:
 def bare_hosts(path: str, text: str) -> list[tuple[int, str]]:
     """(offset, host) of each host name written without a scheme in ``text``."""
     regions = _code_regions(path, text)
+    starts = [start for start, _ in regions]
     found: list[tuple[int, str]] = []
     for match in _CANDIDATE.finditer(text):
         word = match.group(0)
@@ -121,7 +125,7 @@ def bare_hosts(path: str, text: str) -> list[tuple[int, str]]:
             continue
         if labels[0] in _CODE_RECEIVERS and not strong:
             continue
-        if _in_regions(start, regions) and before not in _QUOTES and not strong:
+        if _in_regions(start, regions, starts) and before not in _QUOTES and not strong:
             continue
         if not is_public_host(word):
             continue

@@ -105,3 +105,54 @@ def test_the_public_suffix_list_is_the_one_shipped_with_the_package(monkeypatch)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket.socket, "connect", refuse)
     assert bare_hosts("SKILL.md", "use api.exchangerate.host\n") == [(4, "api.exchangerate.host")]
+
+
+def test_code_regions_are_looked_up_correctly_among_many_blocks():
+    blocks = "".join(
+        f"```python\nx{i} = user.name\n```\nsee api{i}.weather.io\n" for i in range(300)
+    )
+    found = [h for _, h in bare_hosts("SKILL.md", blocks)]
+    assert found == [f"api{i}.weather.io" for i in range(300)]
+
+
+def test_a_hostile_megabyte_of_dotted_words_is_parsed_quickly():
+    import time
+
+    started = time.monotonic()
+    bare_hosts("SKILL.md", "a.b.c.d.e.f.g.h.i.j.k.l.m.n " * 40_000 + "```python\n" * 20_000)
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.django_db
+def test_the_stored_review_of_a_new_version_shows_the_bare_host_it_added(
+    agent, system_actor, approver_actor
+):
+    from skills.services import policy_approve, policy_review, skill_install_bundle
+    from tests.skills.conftest import make_bundle
+
+    # given v1 approved for the agent, with no host at all
+    v1 = skill_install_bundle(
+        bundle=make_bundle("rates", body="Convert amounts between currencies.\n"),
+        actor=system_actor,
+        agent=agent,
+    )
+    policy_review(policy=v1.policy, actor=approver_actor)
+    policy_approve(policy=v1.policy, actor=approver_actor)
+    # when v2 names a host without a scheme and is reviewed
+    v2 = skill_install_bundle(
+        bundle=make_bundle(
+            "rates", body="Convert amounts with the rates of api.exchangerate.host.\n"
+        ),
+        actor=system_actor,
+        agent=agent,
+    )
+    policy = policy_review(policy=v2.policy, actor=approver_actor)
+    # then the stored diff against v1 lists it as a new capability, and the facts as undeclared
+    diff = policy.review_facts["diff"]
+    assert diff["domains_added"] == ["api.exchangerate.host"]
+    assert diff["capability"] == ["now also references api.exchangerate.host"]
+    assert {
+        "kind": "domain_not_declared",
+        "category": "domain",
+        "value": "api.exchangerate.host",
+    } in (policy.review_facts["mismatches"])
