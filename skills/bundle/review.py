@@ -52,7 +52,7 @@ from urllib.parse import urlsplit
 from .hashing import content_hash, sha256_hex
 from .hosts import bare_hosts
 from .lookalike import lookalike_findings
-from .malware_rules import suspicious_findings
+from .pattern_scan import suspicious_findings
 from .skillmd import parse_skill_md
 from .skillmd import spec_findings as _spec_findings
 from .types import SKILL_MD, Bundle, BundleError, Finding, as_file_map
@@ -130,7 +130,7 @@ _MAX_DIFF_CHARS = 200_000
 
 
 # -- suspicious patterns ------------------------------------------------------------------------
-# The rule table and its scanner live in malware_rules; this module adds what needs the file as
+# The rule table lives in malware_rules and its scanner in pattern_scan; this module adds what needs the file as
 # a whole (encrypted zips among binary files, hosts in URLs).
 
 
