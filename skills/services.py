@@ -1036,6 +1036,7 @@ def policy_review(*, policy: Policy | int, actor: Actor) -> Policy:
             declared_credentials=policy.required_credentials,
             provenance=dict(version.provenance) or None,
             skill_name=skill.name,
+            installed_names=Skill.objects.exclude(pk=skill.pk).values_list("name", flat=True),
         )
         facts_json: dict[str, Any] = facts.to_dict()
         facts_json["credentials_set"] = sorted(decrypt_json(policy.credential_values))

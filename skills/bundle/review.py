@@ -23,8 +23,10 @@ trusted. A reviewer sees these facts before deciding, and the sandbox still enfo
 Shell specials (``$0``-``$9``, ``$?``, ``$!``, ``$@``, ``$#``, ``$$``, ``$*``, ``$-``,
 ``$_``) and well-known non-secret variables (:data:`WELL_KNOWN_VARS`) are never reported.
 
-**Domains**: the host of every ``http://``/``https://`` URL, parsed with :mod:`urllib.parse`,
-lowercased, IDNA-encoded, without a trailing dot; placeholder hosts (``localhost``,
+**Domains**: the host of every ``http(s)://``, ``ws(s)://``, ``ftp(s)://`` and ``sftp://`` URL,
+parsed with :mod:`urllib.parse`, and every host name written without a scheme in prose, shell
+lines or code strings (:mod:`.hosts`: public-suffix-aware, file names and attribute chains left
+out); lowercased, IDNA-encoded, without a trailing dot; placeholder hosts (``localhost``,
 ``example.com``/``.org``/``.net`` and their subdomains, the reserved ``.example``, ``.test``,
 ``.invalid`` and ``.localhost`` TLDs, ``your-*`` hosts, loopback and unspecified addresses) are
 left out. A declared domain covers a host when equal, or when it is ``*.parent`` and the host is
@@ -48,10 +50,12 @@ from typing import Any, TypedDict
 from urllib.parse import urlsplit
 
 from .hashing import content_hash, sha256_hex
-from .paths import BIDI_CHARS, ZERO_WIDTH_CHARS
+from .hosts import bare_hosts
+from .lookalike import lookalike_findings
+from .pattern_scan import suspicious_findings
 from .skillmd import parse_skill_md
 from .skillmd import spec_findings as _spec_findings
-from .types import SKILL_MD, Bundle, BundleError, Finding, Severity, as_file_map
+from .types import SKILL_MD, Bundle, BundleError, Finding, as_file_map
 
 WELL_KNOWN_VARS = frozenset(
     {
@@ -119,194 +123,19 @@ _SHELL_ASSIGNED = [
 # `read [-opts] NAME...` up to the end of the command; every bare word there counts as assigned.
 _SHELL_READ = re.compile(r"\bread\b([^;&|\n]*)")
 _BARE_WORD = re.compile(r"(?<![-\w$])([A-Za-z_][A-Za-z0-9_]*)")
-_URL = re.compile(r"(?i)(?<![A-Za-z0-9])https?://[^\s<>\"'`\\(){}\[\]|^]+")
+_URL = re.compile(r"(?i)(?<![A-Za-z0-9])(?:https?|wss?|ftps?|sftp)://[^\s<>\"'`\\(){}\[\]|^]+")
 _HOST_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)+$")
 
-_MAX_FINDINGS_PER_RULE_PER_FILE = 10
 _MAX_DIFF_CHARS = 200_000
 
 
 # -- suspicious patterns ------------------------------------------------------------------------
-
-
-# Every check below is linear in the size of the text: a keyword is found first, then a short
-# anchored pattern is searched after it on the same line (or the next three), and runs of
-# base64 characters are measured as maximal runs. A hostile 1 MB file cannot make it slow.
-
-
-@dataclass(frozen=True)
-class _LineRule:
-    """A finding for a line where ``trigger`` matches and ``then`` matches after it."""
-
-    rule: str
-    severity: Severity
-    label: str
-    trigger: re.Pattern[str]
-    then: re.Pattern[str] | None = None
-    lookahead_lines: int = 0  # also search ``then`` on this many following lines
-
-
-_FETCH = re.compile(r"\b(?:curl|wget)\b")
-_PIPE_TO_INTERPRETER = re.compile(
-    r"\|\s*(?:sudo\s+(?:-\S+\s+)*)?(?:(?:ba|z|da|k|fi)?sh|python[0-9.]*|perl|ruby|node|php)\b"
-)
-_CHMOD_EXEC = re.compile(r"\bchmod\s+(?:-\w+\s+)*(?:[ugoa]*\+[rwxXst]*x|0?[0-7]*[1357][0-7]*\b)")
-_THEN_RUN = re.compile(r"&&\s*(?:sudo\s+)?(?:\./|(?:ba|z)?sh\s)")
-
-_LINE_RULES: list[_LineRule] = [
-    _LineRule(
-        "download-and-execute", "danger", "downloads code and runs it", _FETCH,
-        _PIPE_TO_INTERPRETER,
-    ),
-    _LineRule(
-        "download-and-execute", "danger", "downloads code and runs it",
-        re.compile(
-            r"\b(?:(?:ba|z)?sh|eval|source|\.)\s+(?:-c\s+)?[\"']?(?:\$\(|<\()\s*(?:curl|wget)\b"
-        ),
-    ),
-    _LineRule(
-        "download-and-execute", "danger", "downloads a file and makes it executable", _FETCH,
-        _CHMOD_EXEC, lookahead_lines=3,
-    ),
-    _LineRule("download-and-execute", "danger", "downloads a file and runs it", _FETCH, _THEN_RUN),
-    _LineRule(
-        "password-protected-archive", "warning", "unpacks a password-protected archive",
-        re.compile(r"\bunzip\b"), re.compile(r"\s-P\s*\S"),
-    ),
-    _LineRule(
-        "password-protected-archive", "warning", "unpacks a password-protected archive",
-        re.compile(r"\b7za?\b"), re.compile(r"\s-p\S"),
-    ),
-    _LineRule(
-        "password-protected-archive", "warning", "creates a password-protected archive",
-        re.compile(r"\bzip\b"), re.compile(r"\s(?:-P\s*\S|-e\b|--encrypt\b|--password\b)"),
-    ),
-    _LineRule(
-        "hide-from-user", "danger", "tells the reader to hide something from the user",
-        re.compile(
-            # "never show the user the key" protects the user; only concealment verbs count
-            r"(?i)\b(?:do\s*n['\u2019]?t|do\s+not|never)\s+(?:tell|inform|notify|alert)\s+"
-            r"(?:the\s+)?user\b"
-            r"|\bwithout\s+(?:telling|informing|notifying|asking|alerting)\s+(?:the\s+)?user\b"
-            r"|\bwithout\s+the\s+user(?:['\u2019]s)?\s+(?:knowing|knowledge|noticing|consent)"
-            r"|\b(?:hide|conceal)\s+(?:(?:this|it|that|these|them|everything)\s+)?from\s+"
-            r"(?:the\s+)?user\b"
-            r"|\bkeep\s+(?:this|it|that)\s+(?:a\s+)?(?:secret|hidden)\s+from\s+(?:the\s+)?user\b"
-            r"|\bdo\s*n['\u2019]?t\s+mention\s+(?:this|it|that)\b"
-        ),
-    ),
-    _LineRule(
-        "override-instructions", "danger", "tries to override earlier instructions",
-        re.compile(
-            r"(?i)\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+)?(?:of\s+)?"
-            r"(?:the\s+|your\s+)?(?:previous|prior|above|earlier|preceding|system|original)\s+"
-            r"(?:instructions|prompts?|rules|messages|directions)\b"
-        ),
-    ),
-    _LineRule(
-        "disable-safety", "danger", "tells the reader to disable a safety mechanism",
-        re.compile(
-            r"(?i)\b(?:disable|bypass|escape|turn\s+off|circumvent|get\s+around|break\s+out\s+of|"
-            r"switch\s+off|evade)\s+(?:the\s+|any\s+|all\s+|your\s+)?(?:sandbox(?:ing)?|safety|"
-            r"security|firewall|egress|proxy|guardrails?|restrictions?|approvals?|review|"
-            r"content\s+filters?|seccomp|apparmor|selinux)\b"
-            r"|--dangerously-skip-permissions\b|\bsetenforce\s+0\b|\biptables\s+-F\b"
-        ),
-    ),
-]  # fmt: skip
-
-_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
-_MIN_BASE64_CHARS = 200
-
-
-def _snippet(text: str) -> str:
-    cleaned = "".join(
-        ch if ch.isprintable() and ch not in BIDI_CHARS and ch not in ZERO_WIDTH_CHARS else " "
-        for ch in text
-    )
-    cleaned = " ".join(cleaned.split())
-    return cleaned if len(cleaned) <= 80 else cleaned[:77] + "..."
+# The rule table lives in malware_rules and its scanner in pattern_scan; this module adds what needs the file as
+# a whole (encrypted zips among binary files, hosts in URLs).
 
 
 def _line_of(text: str, index: int) -> int:
     return text.count("\n", 0, index) + 1
-
-
-def _line_hits(lines: list[str]) -> list[tuple[int, str, Severity, str, str]]:
-    """(line number, rule, severity, label, shown text) for every line rule that fires."""
-    hits = []
-    for number, line in enumerate(lines, start=1):
-        for rule in _LINE_RULES:
-            trigger = rule.trigger.search(line)
-            if trigger is None:
-                continue
-            if rule.then is None:
-                hits.append((number, rule.rule, rule.severity, rule.label, trigger.group(0)))
-                continue
-            found = rule.then.search(line, trigger.end())
-            shown = line[trigger.start() :]
-            extra = 1
-            while (
-                found is None and extra <= rule.lookahead_lines and number - 1 + extra < len(lines)
-            ):
-                following = lines[number - 1 + extra]
-                found = rule.then.search(following)
-                shown = f"{line[trigger.start() :]} ... {following}"
-                extra += 1
-            if found is not None:
-                hits.append((number, rule.rule, rule.severity, rule.label, shown))
-    return hits
-
-
-def _suspicious_in_text(path: str, text: str) -> list[Finding]:
-    findings: list[Finding] = []
-    counts: dict[str, int] = {}
-    severities: dict[str, Severity] = {}
-    seen: set[tuple[int, str]] = set()
-    lines = text.split("\n")
-
-    def add(number: int, rule: str, severity: Severity, message: str) -> None:
-        if (number, rule) in seen:
-            return
-        seen.add((number, rule))
-        counts[rule] = counts.get(rule, 0) + 1
-        severities[rule] = severity
-        if counts[rule] <= _MAX_FINDINGS_PER_RULE_PER_FILE:
-            findings.append(Finding(path, rule, f"line {number}: {message}", severity))
-
-    for number, rule, severity, label, shown in _line_hits(lines):
-        add(number, rule, severity, f"{label}: {_snippet(shown)}")
-    for match in _BASE64_RUN.finditer(text):
-        run = match.group(0)
-        if len(run) >= _MIN_BASE64_CHARS:
-            add(
-                _line_of(text, match.start()),
-                "base64-blob",
-                "warning",
-                f"long base64-like blob (may hide a payload): {len(run)} characters: "
-                f"{_snippet(run[:24])}",
-            )
-    for rule, count in counts.items():
-        extra = count - _MAX_FINDINGS_PER_RULE_PER_FILE
-        if extra > 0:
-            findings.append(
-                Finding(path, rule, f"{extra} more like this in the file", severities[rule])
-            )
-    if any(ch in BIDI_CHARS for ch in text):
-        findings.append(
-            Finding(
-                path,
-                "hidden-characters",
-                "contains bidirectional control characters that can make text read "
-                "differently from how it displays",
-                "warning",
-            )
-        )
-    elif any(ch in ZERO_WIDTH_CHARS for ch in text.lstrip("\ufeff")):
-        findings.append(
-            Finding(path, "hidden-characters", "contains zero-width characters", "info")
-        )
-    return findings
 
 
 def _encrypted_zip(path: str, data: bytes) -> list[Finding]:
@@ -453,17 +282,42 @@ def _domains(path: str, text: str) -> tuple[set[str], list[Finding]]:
                     )
                 )
             continue
-        metadata = ip.is_link_local
-        findings.append(
-            Finding(
-                path,
-                "raw-ip-url",
-                f"line {_line_of(text, match.start())}: URL with a raw IP address {host}"
-                + (" (link-local: cloud metadata endpoints live here)" if metadata else ""),
-                "danger" if metadata else "warning",
-            )
-        )
+        findings.append(_raw_ip_finding(path, _line_of(text, match.start()), ip))
+    for _, raw_host in bare_hosts(path, text):
+        host = normalise_host(raw_host)
+        if host is not None and not is_placeholder_host(host):
+            hosts.add(host)
     return hosts, findings
+
+
+# The networks of a home or office LAN: a device there (a router, a Home Assistant) is a fact the
+# reviewer should know (private egress must be allowed), not a sign of malware.
+_LAN_NETWORKS = tuple(
+    ipaddress.ip_network(n)
+    for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+)
+
+
+def _raw_ip_finding(
+    path: str, line: int, ip: ipaddress.IPv4Address | ipaddress.IPv6Address
+) -> Finding:
+    where = f"line {line}: URL with a raw IP address {ip.compressed}"
+    if ip.is_link_local:
+        return Finding(
+            path,
+            "raw-ip-url",
+            where + " (link-local: cloud metadata endpoints live here)",
+            "danger",
+        )
+    if any(ip in network for network in _LAN_NETWORKS):
+        return Finding(path, "raw-ip-url", where + " (a private network address)", "info")
+    return Finding(
+        path,
+        "raw-ip-url",
+        where,
+        "warning",
+        why="a bare public IP has no owner to check; malware payloads are often served from one",
+    )
 
 
 # -- facts --------------------------------------------------------------------------------------
@@ -550,13 +404,15 @@ def review_bundle(
     declared_credentials: Iterable[str] = (),
     provenance: dict[str, Any] | None = None,
     skill_name: str | None = None,
+    installed_names: Iterable[str] = (),
 ) -> ReviewFacts:
     """Review a skill's files against what its policy declares.
 
     ``files`` is a Bundle or ``{relative path: bytes}`` (policy.json, if present, is ignored).
     ``spec_findings`` is the strict Agent Skills report on SKILL.md (what the lenient parser
     tolerated plus every spec deviation); ``skill_name``, when given, is the directory name
-    the spec wants the ``name`` field to equal.
+    the spec wants the ``name`` field to equal. ``installed_names`` are the other installed
+    skills: a name that imitates one of them (:mod:`.lookalike`) is a suspicious finding.
     """
     file_map = as_file_map(files)
     declared_domains = sorted({d.strip().lower() for d in declared_domains if d.strip()})
@@ -587,7 +443,7 @@ def review_bundle(
         for host in hosts:
             domain_sources.setdefault(host, set()).add(path)
         suspicious.extend(host_findings)
-        suspicious.extend(_suspicious_in_text(path, text))
+        suspicious.extend(suspicious_findings(path, text))
 
     referenced_credentials = sorted(credential_sources)
     referenced_domains = sorted(domain_sources)
@@ -618,6 +474,9 @@ def review_bundle(
                 {"kind": "declared_but_unreferenced", "category": "credential", "value": cred}
             )
 
+    suspicious.extend(
+        lookalike_findings(skill_name or _frontmatter_name(file_map), installed_names)
+    )
     suspicious.sort(key=lambda f: (_SEVERITY_ORDER[f.severity], f.path.encode("utf-8")))
     return ReviewFacts(
         suspicious=suspicious,
@@ -636,6 +495,14 @@ def review_bundle(
         declared_credentials=declared_credentials,
         spec_findings=_spec_report(file_map.get(SKILL_MD), skill_name),
     )
+
+
+def _frontmatter_name(file_map: Mapping[str, bytes]) -> str | None:
+    try:
+        name = parse_skill_md(file_map[SKILL_MD]).frontmatter.get("name")
+    except (KeyError, BundleError):
+        return None
+    return name if isinstance(name, str) else None
 
 
 def _spec_report(skill_md: bytes | None, skill_name: str | None) -> list[Finding]:

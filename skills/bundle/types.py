@@ -79,14 +79,18 @@ class Finding:
     rule: str
     message: str
     severity: Severity
+    why: str = ""  # why the finding matters, for the reviewer (omitted from the dict if empty)
 
     def to_dict(self) -> dict[str, str]:
-        return {
+        out = {
             "path": self.path,
             "rule": self.rule,
             "message": self.message,
             "severity": self.severity,
         }
+        if self.why:
+            out["why"] = self.why
+        return out
 
 
 @dataclass(frozen=True)

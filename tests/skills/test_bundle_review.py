@@ -129,13 +129,14 @@ def test_domains_are_parsed_lowercased_and_deduplicated():
     body = (
         "See https://API.AgentMail.to/v0/inboxes?x=1, and http://docs.agentmail.dev/guide.\n"
         "Also <https://user:pw@cdn.agentmail.to:8443/a> and (https://api.agentmail.to).\n"
-        "wss://ws.agentmail.to and bare agentmail.io are not detected.\n"
+        "wss://ws.agentmail.to and bare agentmail.io are detected too.\n"
         "Markdown: [docs](https://md.agentmail.to/a), _https://em.agentmail.to_, "
         "**https://b.agentmail.to**\n"
         'JSON: {"url": "https://json.agentmail.to/x\\n"} but xhttps://not-a-url.to\n'
     )
     facts = facts_of(body)
     assert facts.referenced_domains == [
+        "agentmail.io",
         "api.agentmail.to",
         "b.agentmail.to",
         "cdn.agentmail.to",
@@ -143,6 +144,7 @@ def test_domains_are_parsed_lowercased_and_deduplicated():
         "em.agentmail.to",
         "json.agentmail.to",
         "md.agentmail.to",
+        "ws.agentmail.to",
     ]
     assert facts.domain_sources["api.agentmail.to"] == ["SKILL.md"]
 
