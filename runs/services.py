@@ -111,6 +111,8 @@ from runs.tools import (
     parse_arguments,
     tool_message_content,
 )
+from runs.workspaces import RULE as WORKSPACE_RULE
+from runs.workspaces import NotAProjectWorkspace, check_run_workspace
 
 logger = logging.getLogger(__name__)
 
@@ -357,6 +359,10 @@ def run_start(
         max_attempts=max_attempts,
         trigger=trigger,
     )
+    try:
+        workspace = check_run_workspace(workspace)
+    except NotAProjectWorkspace as exc:
+        raise InvalidRunParams(str(exc), field="workspace", rule=WORKSPACE_RULE) from None
     if review:
         granted = granted or list(REVIEW_TOOLS)
         extra = [name for name in granted if name not in REVIEW_TOOLS]
