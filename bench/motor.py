@@ -287,7 +287,10 @@ def agent_ids() -> Iterator[int]:
 
 
 def workspace(env: Env) -> str:
-    path = Path(tempfile.mkdtemp(prefix="ws-", dir=env.data_dir))
+    # inside MOTOR_WORKSPACES_DIR (the data dir's default): the only place a run's workspace may be
+    root = Path(env.data_dir) / "workspaces"
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="ws-", dir=root))
     (path / "notes.txt").write_text("benchmark notes\n" * 4)
     return str(path)
 

@@ -39,6 +39,7 @@ from django.conf import settings
 from django.db import transaction
 
 from runs import selectors as run_selectors
+from runs.domains import check_allowed_domains
 from runs.errors import InvalidRunParams, RunNotFound
 from runs.models import (
     MAX_ITERATIONS_CEILING,
@@ -361,6 +362,8 @@ def _core_agentic(
         raise InvalidRunParams("timeout_s: must be a whole number of seconds", field="timeout_s")
     if inputs is not None and not isinstance(inputs, dict):
         raise InvalidRunParams("inputs: must be a JSON object", field="inputs")
+    # the egress policy's own parser, before a skill is loaded or a workspace made
+    check_allowed_domains(domains or [], field="domains")
     max_attempts = 3
     if inputs:
         # The runtime takes no inputs of its own; they travel with the task text (not as a file:

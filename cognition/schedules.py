@@ -51,6 +51,7 @@ from runs.errors import InvalidRunParams, MotorBusy
 from runs.models import SignalKind, Trigger
 from runs.outbox import signal_emit
 from runs.tools import expand_granted
+from sandbox import egress
 from skills import bundle as bundle_lib
 from skills.errors import SkillHashMismatch, SkillNotFound
 from skills.models import Policy, PolicyStatus, Skill
@@ -209,13 +210,27 @@ def _check_skill(agent: Agent, value: Any) -> str:
             "known_skill",
             f"{str(value)[:80]!r} is not a skill name (lowercase letters, digits, hyphens)",
         )
-    if not Policy.objects.filter(skill__name=value, agent=agent).exists():
+    policy = Policy.objects.filter(skill__name=value, agent=agent).first()
+    if policy is None:
         raise _invalid(
             "skill",
             "known_skill",
             f"agent {agent.name!r} has no skill named {value!r}",
             skill=value,
         )
+    try:
+        # its runs would get these domains: an entry the egress policy refuses fails every fire
+        egress.validate_domains(policy.allowed_domains)
+    except egress.PolicyError as exc:
+        raise _invalid(
+            "skill",
+            "allowed_domains",
+            f"the policy of {value!r} for agent {agent.name!r} allows {exc.entry!r}, which the "
+            f"egress policy refuses ({exc}); correct the policy first",
+            skill=value,
+            egress_rule=exc.rule,
+            value=exc.entry,
+        ) from None
     return value
 
 

@@ -42,6 +42,7 @@ from runs.credentials import (
     store_saved,
 )
 from runs.db import release_db_connection
+from runs.domains import check_allowed_domains
 from runs.errors import (
     CredentialResolverFailed,
     CredentialsStillMissing,
@@ -110,6 +111,8 @@ from runs.tools import (
     parse_arguments,
     tool_message_content,
 )
+from runs.workspaces import RULE as WORKSPACE_RULE
+from runs.workspaces import NotAProjectWorkspace, check_run_workspace
 
 logger = logging.getLogger(__name__)
 
@@ -300,11 +303,7 @@ def _validate_start(
         raise InvalidRunParams(
             f"trigger: {trigger!r} is not one of {', '.join(Trigger.values)}", field="trigger"
         )
-    for domain in allowed_domains:
-        if not isinstance(domain, str) or not domain.strip():
-            raise InvalidRunParams(
-                f"allowed_domains: {domain!r} is not a host name", field="allowed_domains"
-            )
+    check_allowed_domains(allowed_domains)
     for name in credential_names:
         # Any case is accepted; the run keeps the lower-case form (see run_start).
         if not isinstance(name, str) or not _CREDENTIAL_NAME.match(name.lower()):
@@ -360,6 +359,10 @@ def run_start(
         max_attempts=max_attempts,
         trigger=trigger,
     )
+    try:
+        workspace = check_run_workspace(workspace)
+    except NotAProjectWorkspace as exc:
+        raise InvalidRunParams(str(exc), field="workspace", rule=WORKSPACE_RULE) from None
     if review:
         granted = granted or list(REVIEW_TOOLS)
         extra = [name for name in granted if name not in REVIEW_TOOLS]

@@ -68,9 +68,15 @@ def run_session_get(
         registry.forget(session)
     from dataclasses import replace
 
+    from runs.workspaces import NotAProjectWorkspace, check_run_workspace
     from sandbox.session import open_session
-    from sandbox.types import Limits, NetworkPolicy, SessionSpec
+    from sandbox.types import Limits, NetworkPolicy, SandboxError, SessionSpec
 
+    try:
+        # checked again where it is bound: the sandbox takes the directory over
+        check_run_workspace(workspace)
+    except NotAProjectWorkspace as exc:
+        raise SandboxError(str(exc)) from None
     spec = SessionSpec(
         workspace=Path(workspace),
         network=NetworkPolicy(allowed_domains=allowed_domains),

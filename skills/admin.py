@@ -25,6 +25,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import content_disposition_header
 from django.utils.safestring import SafeString
 
+from sandbox import egress
+from sandbox.types import NetworkPolicy
 from skills import imports, selectors, services
 from skills.errors import CredentialsUnreadable, SkillError
 from skills.models import (
@@ -84,7 +86,10 @@ class PolicyEditForm(forms.Form):
     allowed_domains = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
-        help_text="Hosts the sandbox may reach when running this skill; one per line.",
+        help_text=(
+            "Hosts the sandbox may reach when running this skill; one per line. A host or "
+            "*.domain opens ports 443 and 80; host:port opens that port only."
+        ),
     )
     required_credentials = forms.CharField(
         required=False,
@@ -293,17 +298,39 @@ def _needs_first_review(policy: Policy) -> bool:
     )
 
 
-def _domain_allowed(host: str, allowed: Iterable[str]) -> bool:
-    """Whether a policy entry covers `host`: equal, or `*.parent` with the host below parent.
-
-    The same rule as the review's own comparison (skills.bundle.review), applied to the policy
-    as it is now, so that edits made after the review show up at once.
-    """
+def _allowlist(allowed: Iterable[str]) -> list[egress.AllowlistEntry]:
+    """The policy's entries as the egress proxy reads them; one it would refuse (saved before
+    entries were checked) is left out, since it allows nothing."""
+    parsed = []
     for entry in allowed:
-        entry = entry.strip().lower().rstrip(".")
-        if entry == host or (entry.startswith("*.") and host.endswith(entry[1:])):
-            return True
-    return False
+        try:
+            parsed.append(egress.parse_allowlist_entry(entry))
+        except egress.PolicyError:
+            continue
+    return parsed
+
+
+def _domain_allowed(host: str, allowed: Iterable[str]) -> bool:
+    """Whether a policy entry covers `host` on some port: the same host, or `*.parent` with the
+    host below parent — the egress proxy's own matching, applied to the policy as it is now, so
+    that edits made after the review show up at once."""
+    try:
+        canonical, _ = egress.canonicalize_host(host, 443)
+    except egress.HostRejected:
+        return False
+    return any(entry.covers(canonical) for entry in _allowlist(allowed))
+
+
+def _entry_ports(entry: str) -> str:
+    """The ports a policy entry opens, in words ("port 8443 only", "ports 443 and 80")."""
+    try:
+        parsed = egress.parse_allowlist_entry(entry)
+    except egress.PolicyError as exc:
+        return f"refused by the egress policy: {exc.rule}"
+    if parsed.port is not None:
+        return f"port {parsed.port} only"
+    ports = [str(p) for p in NetworkPolicy().allowed_ports]
+    return "ports " + " and ".join(ports)
 
 
 def _credential_key(name: str) -> str:
@@ -346,6 +373,7 @@ def _facts_context(policy: Policy, names_set: set[str] | None) -> dict[str, Any]
         "suspicious": list(facts.get("suspicious") or []),
         "spec_findings": list(facts.get("spec_findings") or []),
         "domain_rows": domain_rows,
+        "allowed_entries": [{"entry": a, "ports": _entry_ports(a)} for a in allowed],
         "credential_fact_rows": credential_rows,
         "domains_not_allowed": [r["domain"] for r in domain_rows if not r["allowed"]],
         "credentials_not_declared": [r["name"] for r in credential_rows if not r["declared"]],

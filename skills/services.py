@@ -41,6 +41,7 @@ from django.db.models import Max, Model
 from django.utils import timezone
 from django_fsm import TransitionNotAllowed
 
+from sandbox import egress
 from skills import bundle as bundle_lib
 from skills.crypto import decrypt_json, encrypt_json
 from skills.errors import (
@@ -384,17 +385,29 @@ def _bundle_provenance(bundle: bundle_lib.Bundle) -> dict[str, Any]:
     return out
 
 
-def _is_domain(value: str) -> bool:
-    import idna
-
-    if not value or len(value) > 253 or value != value.strip().lower():
-        return False
-    candidate = value[2:] if value.startswith("*.") else value
+def _checked_domains(domains: list[str], *, source: str) -> list[str]:
+    """The entries in canonical form (`host`, `*.domain`, either with `:port`), parsed by the
+    egress policy's own parser, so a saved policy never holds an entry a run's sandbox would
+    refuse. Raises PolicyValidationError naming the entry and the egress rule."""
     try:
-        idna.encode(candidate, uts46=False)
-    except idna.IDNAError:
-        return False
-    return "." in candidate and not candidate.endswith(".")
+        parsed = egress.validate_domains(domains)
+    except egress.PolicyError as exc:
+        raise PolicyValidationError(
+            f"{source}: allowed_domains entry {exc.entry!r} is refused by the egress policy: "
+            f"{exc} (rule: {exc.rule}). Write a host (api.example.org), a wildcard "
+            "(*.example.org) or either with a port (api.example.org:8443).",
+            details={
+                "field": "allowed_domains",
+                "rule": "hostname",
+                "egress_rule": exc.rule,
+                "value": exc.entry,
+            },
+        ) from None
+    out: list[str] = []
+    for entry in parsed:
+        if str(entry) not in out:
+            out.append(str(entry))
+    return out
 
 
 _CREDENTIAL_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
@@ -430,14 +443,7 @@ def _validated_policy_fields(fields: Mapping[str, Any], *, source: str) -> dict[
     out: dict[str, Any] = {}
     if "allowed_domains" in fields:
         domains = _string_list("allowed_domains", fields["allowed_domains"], source=source)
-        bad = [d for d in domains if not _is_domain(d)]
-        if bad:
-            raise PolicyValidationError(
-                f"{source}: allowed_domains contains {bad[0]!r}, which is not a lowercase "
-                "host name (e.g. api.example.org or *.example.org).",
-                details={"field": "allowed_domains", "rule": "hostname", "value": bad[0]},
-            )
-        out["allowed_domains"] = domains
+        out["allowed_domains"] = _checked_domains(domains, source=source)
     if "required_credentials" in fields:
         names = _string_list("required_credentials", fields["required_credentials"], source=source)
         bad = [n for n in names if not _is_credential_name(n)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,3 +22,11 @@ def artifacts_dir() -> Path:
     path = Path(os.environ.get("MOTOR_TEST_ARTIFACTS", "test-artifacts"))
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@pytest.fixture(autouse=True)
+def _run_workspaces_dir(settings: Any, tmp_path: Path) -> Path:
+    """Each test's runs get their workspaces inside its own tmp_path: run_start accepts only a
+    directory inside MOTOR_WORKSPACES_DIR, and a test's workspaces live under tmp_path."""
+    settings.MOTOR_WORKSPACES_DIR = tmp_path
+    return tmp_path

@@ -20,8 +20,10 @@ Layout of a session
   command with rlimits and the stricter command filter (see sandbox/inside/supervisor.py) and
   kills whatever a command leaves behind.
 * With network enabled, the host runs an ``EgressProxy`` on ``<runtime dir>/net/egress.sock``;
-  that directory alone is bound at /run/motor-cortex and the supervisor bridges 127.0.0.1:3128
-  to it. Proxy variables point there; NO_PROXY is never set.
+  that directory alone is bound (read-only) at /run/motor-cortex and the supervisor bridges
+  127.0.0.1:3128 to it. Proxy variables point there; NO_PROXY is never set.
+* Writable inside: /workspace (quota) and the sized tmpfs mounts only; the argument list is
+  checked against that rule (sandbox/backends/mounts.py) before bwrap starts.
 
 Host paths the unprivileged uid could not traverse (a workspace under a root-only data dir) are
 bind-mounted by the root worker into a staging directory of the session's runtime dir, inside a
@@ -55,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.backends._protocol import exec_message
+from sandbox.backends.mounts import check_bwrap_args
 from sandbox.inside.supervisor import BOOT as SUPERVISOR_BOOT
 from sandbox.inside.supervisor import MAX_FRAME_BYTES, ProtocolError, encode_frame, precompile
 from sandbox.types import ExecRequest, ExecResult, SandboxError, SessionSpec
@@ -813,11 +816,14 @@ class BwrapBackend:
 
             bridge: dict[str, Any] | None = None
             if spec.network.enabled:
+                # The directory stays the worker's (the sandbox uid may only traverse it) and is
+                # bound read-only: the sandbox can connect to the socket, which the proxy hands to
+                # its uid, but can neither write files there nor remove the socket.
                 net_dir = runtime_dir / "net"
-                net_dir.mkdir(mode=0o700)
-                os.chown(net_dir, host_uid, host_gid)
+                net_dir.mkdir(mode=0o711)
+                os.chmod(net_dir, 0o711)  # noqa: S103 - traverse only, no listing
                 proxy = self._start_proxy(spec, session_id, net_dir / "egress.sock", host_uid)
-                args += ["--bind", str(net_dir), "/run/motor-cortex"]
+                args += ["--ro-bind", str(net_dir), "/run/motor-cortex"]
                 bridge = {
                     "listen_host": "127.0.0.1",
                     "listen_port": BRIDGE_PORT,
@@ -825,6 +831,7 @@ class BwrapBackend:
                 }
             args += ["--remount-ro", "/", "--chdir", "/workspace"]
             args += ["/usr/bin/python3", "-I", "-S", "-B", "-c", SUPERVISOR_BOOT, "serve"]
+            check_bwrap_args(args)
 
             log_path = runtime_dir / "supervisor.log"
             log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)

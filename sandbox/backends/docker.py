@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.backends._protocol import exec_message
+from sandbox.backends.mounts import check_docker_mounts
 from sandbox.egress import EgressProxy, PolicyError, Resolver
 from sandbox.inside.supervisor import BOOT as SUPERVISOR_BOOT
 from sandbox.inside.supervisor import MAX_FRAME_BYTES, ProtocolError, encode_frame, precompile
@@ -588,6 +589,8 @@ class DockerBackend:
                 LABEL_OWNER_START: owner.start,
                 LABEL_RUNTIME_DIR: str(runtime_dir or ""),
             }
+            tmpfs = {"/tmp": f"rw,nosuid,nodev,noexec,size={spec.limits.tmp_bytes},mode=1777"}
+            check_docker_mounts(mounts=mounts, tmpfs=tmpfs, read_only_root=True)
             container = self._client.containers.create(
                 self.image,
                 # the resident supervisor is the main process: it serves calls over its stdin,
@@ -612,9 +615,7 @@ class DockerBackend:
                 cap_drop=["ALL"],
                 security_opt=["no-new-privileges:true"],
                 read_only=True,
-                tmpfs={
-                    "/tmp": f"rw,nosuid,nodev,noexec,size={spec.limits.tmp_bytes},mode=1777",
-                },
+                tmpfs=tmpfs,
                 shm_size=min(spec.limits.tmp_bytes, 64 * 1024 * 1024),
                 ipc_mode="private",
                 pids_limit=spec.limits.max_processes + _RESIDENT_PROCESSES,

@@ -27,7 +27,9 @@ from sandbox.egress.addresses import (
     system_resolver,
 )
 from sandbox.egress.decision import (
+    POLICY_RULES,
     REASONS,
+    AllowlistEntry,
     Decision,
     EgressDenied,
     PolicyError,
@@ -36,7 +38,9 @@ from sandbox.egress.decision import (
     decide_authority,
     dial,
     not_allowlisted_message,
+    parse_allowlist_entry,
     resolve_checked,
+    validate_domains,
     validate_policy,
 )
 from sandbox.egress.hostnames import HostRejected, canonicalize_host, split_authority
@@ -44,7 +48,9 @@ from sandbox.egress.proxy import EGRESS_HEADER, EgressProxy
 
 __all__ = [
     "EGRESS_HEADER",
+    "POLICY_RULES",
     "REASONS",
+    "AllowlistEntry",
     "Decision",
     "EgressDenied",
     "EgressProxy",
@@ -60,8 +66,10 @@ __all__ = [
     "is_forbidden_address",
     "not_allowlisted_message",
     "own_addresses",
+    "parse_allowlist_entry",
     "resolve_checked",
     "split_authority",
     "system_resolver",
+    "validate_domains",
     "validate_policy",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sandbox.egress.addresses import Resolver, forbidden_reason, parse_address, system_resolver
@@ -25,7 +26,15 @@ from sandbox.types import NetworkPolicy
 
 
 class PolicyError(ValueError):
-    """A network policy entry that cannot be used; the message names the entry and the rule."""
+    """A network policy entry that cannot be used; the message names the entry and the rule.
+
+    `entry` is the offending value (None for a setting that is not an entry) and `rule` a
+    stable machine code (see POLICY_RULES)."""
+
+    def __init__(self, message: str, *, entry: object = None, rule: str = "invalid_policy") -> None:
+        super().__init__(message)
+        self.entry = entry
+        self.rule = rule
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,77 +76,164 @@ REASONS = frozenset(
 )
 
 
+#: machine codes a PolicyError may carry
+POLICY_RULES = frozenset(
+    {
+        "not_text",
+        "empty",
+        "whitespace",
+        "not_a_host",
+        "wildcard_form",
+        "wildcard_too_broad",
+        "wildcard_ip",
+        "invalid_host",
+        "invalid_port",
+        "ipv6_brackets",
+        "invalid_policy",
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
-class _CompiledPolicy:
-    exact: frozenset[str]
-    suffixes: tuple[str, ...]  # ".example.com" for "*.example.com"
-    ports: frozenset[int]
+class AllowlistEntry:
+    """One parsed allowlist entry.
+
+    `host` is canonical; for a wildcard (`*.example.com`) it is the parent (`example.com`) and
+    the entry matches strict subdomains only. `port` is None for a bare entry, which is allowed
+    on the policy's `allowed_ports` (443 and 80 by default); an entry written `host:port` is
+    allowed on that port only.
+    """
+
+    host: str
+    wildcard: bool = False
+    port: int | None = None
+
+    def covers(self, host: str) -> bool:
+        """Whether this entry names canonical `host` (whatever the port)."""
+        if self.wildcard:
+            return not is_ip_literal(host) and host.endswith("." + self.host)
+        return host == self.host
+
+    def __str__(self) -> str:
+        name = f"*.{self.host}" if self.wildcard else self.host
+        return name if self.port is None else f"{name}:{self.port}"
 
 
-def _compile_entry(entry: str) -> tuple[str, bool]:
-    """(canonical host or suffix, is_wildcard) for one allowlist entry, or PolicyError."""
-    if not isinstance(entry, str) or not entry.strip():
-        raise PolicyError(f"allowed domain {entry!r} is empty")
+def parse_allowlist_entry(entry: object) -> AllowlistEntry:
+    """Parse one allowed-domain entry: `host`, `*.domain`, an IP literal (IPv6 in brackets),
+    each optionally followed by `:port`. Raises PolicyError naming the entry and the rule."""
+    if not isinstance(entry, str):
+        raise PolicyError(f"allowed domain {entry!r} is not text", entry=entry, rule="not_text")
+    if not entry.strip():
+        raise PolicyError(f"allowed domain {entry!r} is empty", entry=entry, rule="empty")
     if entry != entry.strip():
-        raise PolicyError(f"allowed domain {entry!r} has surrounding whitespace")
-    if entry.startswith("*."):
-        rest = entry[2:]
-        if "*" in rest:
-            raise PolicyError(f"allowed domain {entry!r}: only one leading '*.' is supported")
-        try:
-            suffix, _ = canonicalize_host(rest, 443)
-        except HostRejected as exc:
-            raise PolicyError(f"allowed domain {entry!r}: {exc.reason}") from None
-        if is_ip_literal(suffix):
-            raise PolicyError(f"allowed domain {entry!r}: wildcards never match IP addresses")
-        if "." not in suffix:
-            raise PolicyError(
-                f"allowed domain {entry!r} is too broad: a wildcard needs at least two labels "
-                "after '*.' (e.g. '*.example.com')"
-            )
-        return suffix, True
-    if "*" in entry:
         raise PolicyError(
-            f"allowed domain {entry!r}: '*' is only allowed as a leading '*.' (e.g. '*.example.com')"
+            f"allowed domain {entry!r} has surrounding whitespace", entry=entry, rule="whitespace"
+        )
+    if "/" in entry or "@" in entry:
+        raise PolicyError(
+            f"allowed domain {entry!r} is not a host name: write the host alone, optionally with "
+            "':port' (e.g. 'api.example.com' or 'api.example.com:8443'), not a URL",
+            entry=entry,
+            rule="not_a_host",
+        )
+    wildcard = entry.startswith("*.")
+    rest, port = _split_entry_port(entry[2:] if wildcard else entry, entry)
+    if "*" in rest:
+        raise PolicyError(
+            f"allowed domain {entry!r}: '*' is only allowed as a leading '*.', and only one "
+            "(e.g. '*.example.com')",
+            entry=entry,
+            rule="wildcard_form",
         )
     try:
-        if entry.startswith("[") or entry.count(":") == 0:
-            host, _ = canonicalize_host(entry, 443)
-        else:
-            raise PolicyError(
-                f"allowed domain {entry!r}: ports belong in allowed_ports; IPv6 needs brackets"
-            )
+        host, _ = canonicalize_host(rest, port or 443)
     except HostRejected as exc:
-        raise PolicyError(f"allowed domain {entry!r}: {exc.reason}") from None
-    return host, False
+        raise PolicyError(
+            f"allowed domain {entry!r}: {exc.reason}", entry=entry, rule="invalid_host"
+        ) from None
+    if wildcard and is_ip_literal(host):
+        raise PolicyError(
+            f"allowed domain {entry!r}: wildcards never match IP addresses",
+            entry=entry,
+            rule="wildcard_ip",
+        )
+    if wildcard and "." not in host:
+        raise PolicyError(
+            f"allowed domain {entry!r} is too broad: a wildcard needs at least two labels "
+            "after '*.' (e.g. '*.example.com')",
+            entry=entry,
+            rule="wildcard_too_broad",
+        )
+    return AllowlistEntry(host=host, wildcard=wildcard, port=port)
+
+
+def _split_entry_port(text: str, entry: str) -> tuple[str, int | None]:
+    """(name, port or None) of `text`, the host part of `entry` (IPv6 literals in brackets)."""
+    if text.startswith("["):
+        close = text.find("]")
+        name, rest = (text, "") if close < 0 else (text[: close + 1], text[close + 1 :])
+        if rest and not rest.startswith(":"):
+            raise PolicyError(
+                f"allowed domain {entry!r}: unexpected characters after the IPv6 literal",
+                entry=entry,
+                rule="invalid_host",
+            )
+        port_text = rest[1:] if rest else None
+    elif text.count(":") > 1:
+        raise PolicyError(
+            f"allowed domain {entry!r}: IPv6 needs brackets (e.g. '[2001:db8::1]:443')",
+            entry=entry,
+            rule="ipv6_brackets",
+        )
+    else:
+        name, sep, port_part = text.partition(":")
+        port_text = port_part if sep else None
+    if port_text is None:
+        return name, None
+    try:
+        return name, canonical_port(port_text)
+    except HostRejected as exc:
+        raise PolicyError(
+            f"allowed domain {entry!r}: {exc.reason}", entry=entry, rule="invalid_port"
+        ) from None
+
+
+def validate_domains(domains: Sequence[object]) -> list[AllowlistEntry]:
+    """Parse every allowed-domain entry the way the egress proxy will; raise PolicyError for
+    the first that it would refuse (the Django side calls this before it creates a run or saves
+    a policy, so a bad entry is refused up front, never at session start)."""
+    if isinstance(domains, str) or not isinstance(domains, Sequence):
+        raise PolicyError("allowed domains must be a list of entries", rule="not_text")
+    return [parse_allowlist_entry(entry) for entry in domains]
+
+
+@dataclass(frozen=True, slots=True)
+class _CompiledPolicy:
+    entries: tuple[AllowlistEntry, ...]
+    ports: frozenset[int]  # the ports of entries without their own
 
 
 @functools.lru_cache(maxsize=256)
 def _compile(domains: tuple[str, ...], ports: tuple[int, ...]) -> _CompiledPolicy:
-    exact: set[str] = set()
-    suffixes: list[str] = []
-    for entry in domains:
-        value, wildcard = _compile_entry(entry)
-        if wildcard:
-            suffixes.append("." + value)
-        else:
-            exact.add(value)
     checked_ports: set[int] = set()
     for port in ports:
         try:
             checked_ports.add(canonical_port(port))
         except HostRejected as exc:
-            raise PolicyError(f"allowed port {port!r}: {exc.reason}") from None
-    return _CompiledPolicy(frozenset(exact), tuple(suffixes), frozenset(checked_ports))
+            raise PolicyError(
+                f"allowed port {port!r}: {exc.reason}", entry=port, rule="invalid_port"
+            ) from None
+    return _CompiledPolicy(tuple(validate_domains(domains)), frozenset(checked_ports))
 
 
 def validate_policy(policy: NetworkPolicy) -> None:
     """Raise PolicyError naming the first unusable entry of `policy`; return None if it is sound."""
     _compile(tuple(policy.allowed_domains), tuple(policy.allowed_ports))
     if policy.max_tunnels < 1:
-        raise PolicyError("max_tunnels must be at least 1")
+        raise PolicyError("max_tunnels must be at least 1", entry=policy.max_tunnels)
     if policy.max_total_bytes < 1:
-        raise PolicyError("max_total_bytes must be at least 1 byte")
+        raise PolicyError("max_total_bytes must be at least 1 byte", entry=policy.max_total_bytes)
     if policy.connect_timeout_s <= 0 or policy.idle_timeout_s <= 0:
         raise PolicyError("connect_timeout_s and idle_timeout_s must be positive seconds")
 
@@ -194,19 +290,20 @@ def _match(compiled: _CompiledPolicy, host: str, port: int, enabled: bool) -> De
             f"this run has no network access, so {host} cannot be reached; "
             "use ask_user to request it",
         )
-    listed = host in compiled.exact or (
-        not is_ip_literal(host) and any(host.endswith(suffix) for suffix in compiled.suffixes)
-    )
-    if not listed:
+    naming = [entry for entry in compiled.entries if entry.covers(host)]
+    if not naming:
         return Decision(False, "not_allowlisted", host, port, not_allowlisted_message(host))
-    if port not in compiled.ports:
-        allowed = ", ".join(str(p) for p in sorted(compiled.ports))
+    allowed_ports = {compiled_port for entry in naming if (compiled_port := entry.port)}
+    if any(entry.port is None for entry in naming):
+        allowed_ports |= compiled.ports
+    if port not in allowed_ports:
+        shown = ", ".join(str(p) for p in sorted(allowed_ports))
         return Decision(
             False,
             "port_not_allowed",
             host,
             port,
-            f"port {port} is not allowed for {host} (allowed ports: {allowed}); "
+            f"port {port} is not allowed for {host} (allowed ports: {shown}); "
             "use ask_user to request it",
         )
     return Decision(True, "allowed", host, port, f"{host}:{port} is allowed")

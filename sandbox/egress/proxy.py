@@ -33,6 +33,7 @@ from sandbox.egress.decision import (
     resolve_checked,
     validate_policy,
 )
+from sandbox.egress.framing import BodyFramer, FramingError, body_framer
 from sandbox.egress.hostnames import HostRejected, canonicalize_host, printable
 from sandbox.egress.sni import scan_client_hello
 from sandbox.types import ConnectionCallback, ConnectionReport, NetworkPolicy
@@ -88,6 +89,7 @@ class _Request:
     target: str
     headers: list[tuple[str, str]]
     rest: bytes  # bytes read past the end of the header block
+    body: BodyFramer | None = None  # plain HTTP: where the one forwarded request ends
 
 
 @dataclass(slots=True)
@@ -344,9 +346,10 @@ class EgressProxy:
                     return "denied", refusal, address
                 initial_up = first
             else:
-                initial_up = self._forward_head(request, checked)
+                assert request.body is not None
+                initial_up = self._forward_head(request, checked) + request.body.feed(request.rest)
             response_filter = None if request.method == "CONNECT" else _ResponseHeadFilter()
-            reason = self._relay(client, upstream, initial_up, tally, response_filter)
+            reason = self._relay(client, upstream, initial_up, tally, response_filter, request.body)
             return "allowed", reason, address
         finally:
             self._untrack(upstream)
@@ -372,15 +375,15 @@ class EgressProxy:
         if not path.startswith("/"):
             path = "/" + path
         decision = decide_authority(authority, self.policy, default_port=80)
-        content_length = [v for k, v in request.headers if k.lower() == "content-length"]
-        chunked = [v for k, v in request.headers if k.lower() == "transfer-encoding"]
-        if (content_length and chunked) or len(set(content_length)) > 1:
-            raise _BadRequest("conflicting Content-Length / Transfer-Encoding headers")
+        try:
+            request.body = body_framer(request.headers)
+        except FramingError as exc:
+            raise _BadRequest(str(exc)) from None
         request.target = path
         return decision
 
     def _forward_head(self, request: _Request, decision: Decision) -> bytes:
-        """The origin-form request head for the upstream, plus any body bytes already read."""
+        """The origin-form request head for the upstream (the body follows through the framer)."""
         connection_tokens = {
             token.strip().lower()
             for name, value in request.headers
@@ -399,8 +402,7 @@ class EgressProxy:
                 continue
             lines.append(f"{name}: {value}")
         lines.append("Connection: close")
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        return head + request.rest
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
     def _first_tunnel_bytes(
         self, client: socket.socket, already: bytes, decision: Decision
@@ -446,11 +448,14 @@ class EgressProxy:
         initial_up: bytes,
         tally: _Tally,
         response_filter: _ResponseHeadFilter | None = None,
+        request_body: BodyFramer | None = None,
     ) -> str:
         """Copy bytes both ways until both sides are done; return why the relay ended.
 
         With `response_filter`, upstream response heads pass through it before reaching the
-        client (plain HTTP only; tunnels are opaque).
+        client (plain HTTP only; tunnels are opaque). With `request_body`, only the one request's
+        body travels upstream: once it is complete the client is not read any more, so whatever
+        it sends next (a pipelined or keep-alive request) is never relayed.
         """
         if initial_up:
             if not self._charge(len(initial_up)):
@@ -463,9 +468,11 @@ class EgressProxy:
         peer = {client: upstream, upstream: client}
         selector = selectors.DefaultSelector()
         try:
-            selector.register(client, selectors.EVENT_READ)
             selector.register(upstream, selectors.EVENT_READ)
-            open_sides = 2
+            open_sides = 1
+            if request_body is None or not request_body.done:
+                selector.register(client, selectors.EVENT_READ)
+                open_sides = 2
             while open_sides:
                 events = selector.select(timeout=idle_s)
                 if not events:
@@ -486,6 +493,17 @@ class EgressProxy:
                         with contextlib.suppress(OSError):
                             peer[source].shutdown(socket.SHUT_WR)
                         continue
+                    if source is client and request_body is not None:
+                        try:
+                            data = request_body.feed(data)
+                        except FramingError:
+                            return "bad_request"
+                        if request_body.done:
+                            # the request is complete: stop reading the client
+                            selector.unregister(client)
+                            open_sides -= 1
+                        if not data:
+                            continue
                     if not self._charge(len(data)):
                         return "byte_limit"
                     outgoing = data
@@ -604,7 +622,8 @@ class EgressProxy:
 
 class _ResponseHeadFilter:
     """Drops X-Motor-Egress lines from upstream response heads, so that only the proxy can
-    say a request was refused (an upstream must not be able to fake a block)."""
+    say a request was refused (an upstream must not be able to fake a block), and makes the
+    final head say ``Connection: close``: the proxy serves one request per connection."""
 
     def __init__(self) -> None:
         self._buffer = b""
@@ -621,16 +640,20 @@ class _ResponseHeadFilter:
             if end < 0:
                 return None if len(self._buffer) > MAX_HEAD_BYTES else out
             head, self._buffer = self._buffer[: end + 4], self._buffer[end + 4 :]
-            lines = head.split(b"\r\n")
-            kept = [
-                line
-                for line in lines
-                if line.partition(b":")[0].strip().lower() != EGRESS_HEADER.lower().encode()
-            ]
-            out += b"\r\n".join(kept)
+            lines = head[:-4].split(b"\r\n")
             status = lines[0].split(b" ")[1] if lines[0].count(b" ") else b""
             # 1xx interim answers (100 Continue) are followed by the real head
             self._done = not (status.startswith(b"1") and status != b"101")
+            dropped = {EGRESS_HEADER.lower().encode()}
+            if self._done:
+                # one request per connection: the client must not try to send another
+                dropped |= {b"connection", b"keep-alive", b"proxy-connection"}
+            kept = [lines[0]] + [
+                line for line in lines[1:] if line.partition(b":")[0].strip().lower() not in dropped
+            ]
+            if self._done:
+                kept.append(b"Connection: close")
+            out += b"\r\n".join(kept) + b"\r\n\r\n"
         out, self._buffer = out + self._buffer, b""
         return out
 

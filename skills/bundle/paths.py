@@ -13,7 +13,8 @@ a reviewer).
 * ``"policy"``   — the top-level ``policy.json`` (host-side sidecar, never content)
 * ``"denied"``   — anything under ``node_modules/``, ``.cache/``, ``.local/``, ``.git/`` (and the
   Python caches/virtualenvs and ``__MACOSX/``, at any depth) or named ``*.log``, ``.DS_Store``,
-  ``Thumbs.db``, ``desktop.ini``: skipped without being read
+  ``Thumbs.db``, ``desktop.ini``, and every file a host tool would execute or source
+  (HOST_EXECUTED_DIRS / HOST_EXECUTED_FILES, any case): skipped without being read
 * ``"ignored"``  — any other path: not part of the skill, skipped with an info finding
 """
 
@@ -42,6 +43,37 @@ DENIED_DIRS = frozenset(
         "__pycache__",
         ".pytest_cache",
         "__MACOSX",
+    }
+)
+# Files a host tool executes or sources when it runs in a directory holding them: git reads
+# .git/ (hooks, config) and .gitconfig / .gitmodules, shells source their rc and profile files,
+# direnv runs .envrc. A run may write them in its workspace; they are data there, because nothing
+# on the host runs git or a shell in a workspace (README, design notes), and never skill content,
+# at any depth and in any letter case (case-insensitive filesystems would treat .GIT as .git).
+HOST_EXECUTED_DIRS = frozenset({".git"})
+HOST_EXECUTED_FILES = frozenset(
+    {
+        ".gitconfig",
+        ".gitmodules",
+        ".envrc",
+        ".profile",
+        ".login",
+        ".logout",
+        ".bashrc",
+        ".bash_profile",
+        ".bash_login",
+        ".bash_logout",
+        ".bash_aliases",
+        ".zshrc",
+        ".zshenv",
+        ".zprofile",
+        ".zlogin",
+        ".zlogout",
+        ".kshrc",
+        ".mkshrc",
+        ".cshrc",
+        ".tcshrc",
+        ".inputrc",
     }
 )
 DENIED_SUFFIXES = (".log",)
@@ -146,6 +178,9 @@ def classify(path: str) -> PathKind:
     """Say what a valid, normalised path is (see the module docstring)."""
     segments = path.split("/")
     if any(segment in DENIED_DIRS for segment in segments):
+        return "denied"
+    folded = [segment.casefold() for segment in segments]
+    if any(s in HOST_EXECUTED_DIRS for s in folded) or folded[-1] in HOST_EXECUTED_FILES:
         return "denied"
     if segments[-1].endswith(DENIED_SUFFIXES) or segments[-1] in DENIED_FILES:
         return "denied"

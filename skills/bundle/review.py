@@ -337,7 +337,8 @@ def _declared_key(name: str) -> str:
 
 def _domain_covered(host: str, declared: Iterable[str]) -> bool:
     for entry in declared:
-        allowed = entry.strip().lower().rstrip(".")
+        # an entry's ":port" scopes the port, not the host it names
+        allowed = re.sub(r":[0-9]+$", "", entry.strip().lower()).rstrip(".")
         if allowed == host:
             return True
         if allowed.startswith("*.") and host.endswith(allowed[1:]):

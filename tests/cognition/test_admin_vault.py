@@ -14,7 +14,7 @@ from cognition.selectors import credentials_resolve
 from cognition.services import credential_set
 from runs.models import MotorRun, RunEvent, RunStatus
 from runs.services import run_start
-from tests.runs.helpers import drive
+from tests.runs.helpers import drive, new_workspace
 from tests.skills.admin_support import make_user
 
 from .conftest import SECRET, World, raw_credential_column
@@ -138,9 +138,13 @@ def test_setting_a_missing_credential_in_the_admin_resumes_the_run_waiting_for_i
 ) -> None:
     # given a run of alpha waiting for api_key, which nobody has set
     settings.MOTOR_CREDENTIAL_RESOLVER = "cognition.core.run_credentials_resolve"
-    run_id = run_start(agent_id=world.alpha.pk, task="t", credential_names=["api_key"], actor="t")[
-        "run_id"
-    ]
+    run_id = run_start(
+        workspace=new_workspace(),
+        agent_id=world.alpha.pk,
+        task="t",
+        credential_names=["api_key"],
+        actor="t",
+    )["run_id"]
     drive(run_id, scripted_llm.client())
     assert MotorRun.objects.get(pk=run_id).status == RunStatus.AWAITING_INPUT
     client = Client()

@@ -18,7 +18,7 @@ from runs.services import run_start
 from skills.models import PolicyStatus
 from skills.services import Actor, policy_update
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
-from tests.runs.helpers import drive
+from tests.runs.helpers import drive, new_workspace
 
 from .conftest import World
 from .core_support import (  # noqa: F401 - fixtures
@@ -182,7 +182,10 @@ def test_skill_review_refuses_write_tools_or_domains(world, workspaces, tmp_path
 
 def test_a_busy_agent_gets_the_runtime_message_and_keeps_its_energy(world, workspaces):
     # given an active run of the agent
-    active = run_start(agent_id=world.alpha.pk, task="hold the hands", actor="test")["run_id"]
+    active_workspace = new_workspace()
+    active = run_start(
+        workspace=active_workspace, agent_id=world.alpha.pk, task="hold the hands", actor="test"
+    )["run_id"]
     # when another agentic run is asked for
     with pytest.raises(MotorBusy) as busy:
         _act(world, tools=["read"], domains=[])
@@ -191,7 +194,11 @@ def test_a_busy_agent_gets_the_runtime_message_and_keeps_its_energy(world, works
         f"Motor Cortex is busy (run_id: {active}). "
         "Wait for it to complete or cancel it via core.task."
     )
-    assert (run_count(), _energy(world.alpha), workspace_entries(workspaces)) == (1, 1.0, [])
+    assert (run_count(), _energy(world.alpha), workspace_entries(workspaces)) == (
+        1,
+        1.0,
+        [Path(active_workspace).name],
+    )
 
 
 def test_low_energy_refuses_an_agentic_run_before_anything_is_prepared(world, workspaces):

@@ -25,7 +25,7 @@ from runs.services import (
     run_start,
 )
 from tests.fixtures.llm import LLMStubServer, reply_text, reply_tools, tool_call
-from tests.runs.helpers import drive
+from tests.runs.helpers import drive, new_workspace
 
 from .conftest import World, bearer
 from .core_support import skill_in_status, workspaces  # noqa: F401 - fixture
@@ -164,7 +164,11 @@ def test_setting_one_of_two_missing_credentials_keeps_the_run_waiting(
     # given a run needing two credentials, neither set
     settings.MOTOR_CREDENTIAL_RESOLVER = "cognition.core.run_credentials_resolve"
     run_id = run_start(
-        agent_id=world.alpha.pk, task="t", credential_names=["API_KEY", "api_secret"], actor="t"
+        workspace=new_workspace(),
+        agent_id=world.alpha.pk,
+        task="t",
+        credential_names=["API_KEY", "api_secret"],
+        actor="t",
     )["run_id"]
     assert MotorRun.objects.get(pk=run_id).credential_names == ["api_key", "api_secret"]
     drive(run_id, scripted_llm.client())
@@ -202,9 +206,13 @@ def test_an_answer_resumes_a_credential_wait_only_when_the_credential_is_set(
 ) -> None:
     # given a run waiting for api_key
     settings.MOTOR_CREDENTIAL_RESOLVER = "cognition.core.run_credentials_resolve"
-    run_id = run_start(agent_id=world.alpha.pk, task="t", credential_names=["api_key"], actor="t")[
-        "run_id"
-    ]
+    run_id = run_start(
+        workspace=new_workspace(),
+        agent_id=world.alpha.pk,
+        task="t",
+        credential_names=["api_key"],
+        actor="t",
+    )["run_id"]
     drive(run_id, scripted_llm.client())
     before = _everything_stored_about(run_id)
 
@@ -234,7 +242,9 @@ def test_an_answer_resumes_a_credential_wait_only_when_the_credential_is_set(
 
 @pytest.mark.django_db
 def test_credentials_provided_refuses_a_run_that_waits_for_none(world: World) -> None:
-    run_id = run_start(agent_id=world.alpha.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=world.alpha.pk, task="t", actor="t")[
+        "run_id"
+    ]
     with pytest.raises(InvalidTransition, match="waits for no credential"):
         run_credentials_provided(run_id=run_id, actor="t")
     assert run_status(run_id) == RunStatus.CREATED
@@ -248,9 +258,13 @@ def test_a_failing_resolver_fails_the_run_clearly_without_its_message(
     from tests.runs.credential_resolver import SECRET_VALUE
 
     settings.MOTOR_CREDENTIAL_RESOLVER = "tests.runs.credential_resolver.broken"
-    run_id = run_start(agent_id=world.alpha.pk, task="t", credential_names=["api_key"], actor="t")[
-        "run_id"
-    ]
+    run_id = run_start(
+        workspace=new_workspace(),
+        agent_id=world.alpha.pk,
+        task="t",
+        credential_names=["api_key"],
+        actor="t",
+    )["run_id"]
     # when the run takes a step
     drive(run_id, scripted_llm.client())
     # then it failed with a message naming the resolver and the error type, not crashing
@@ -272,9 +286,13 @@ def test_a_resolver_that_cannot_be_imported_fails_the_run_clearly(
     world: World, scripted_llm, settings
 ) -> None:
     settings.MOTOR_CREDENTIAL_RESOLVER = "tests.runs.credential_resolver.no_such_function"
-    run_id = run_start(agent_id=world.alpha.pk, task="t", credential_names=["api_key"], actor="t")[
-        "run_id"
-    ]
+    run_id = run_start(
+        workspace=new_workspace(),
+        agent_id=world.alpha.pk,
+        task="t",
+        credential_names=["api_key"],
+        actor="t",
+    )["run_id"]
     drive(run_id, scripted_llm.client())
     run = MotorRun.objects.get(pk=run_id)
     assert run.status == RunStatus.FAILED
@@ -308,12 +326,22 @@ def test_credential_names_match_in_any_case_in_the_vault_and_the_api(world: Worl
 @pytest.mark.django_db
 def test_run_start_accepts_credential_names_in_any_case_and_refuses_bad_ones(world: World) -> None:
     run_id = run_start(
-        agent_id=world.alpha.pk, task="t", credential_names=["API_Key", "api_key"], actor="t"
+        workspace=new_workspace(),
+        agent_id=world.alpha.pk,
+        task="t",
+        credential_names=["API_Key", "api_key"],
+        actor="t",
     )["run_id"]
     assert MotorRun.objects.get(pk=run_id).credential_names == ["api_key"]
     MotorRun.objects.filter(pk=run_id).delete()
     with pytest.raises(InvalidRunParams, match="credential_names"):
-        run_start(agent_id=world.bravo.pk, task="t", credential_names=["9lives"], actor="t")
+        run_start(
+            workspace=new_workspace(),
+            agent_id=world.bravo.pk,
+            task="t",
+            credential_names=["9lives"],
+            actor="t",
+        )
     assert not MotorRun.objects.filter(agent=world.bravo).exists()
 
 
@@ -323,9 +351,13 @@ def test_a_restarted_service_asks_again_naming_the_missing_credentials(
 ) -> None:
     # given a run waiting for api_key
     settings.MOTOR_CREDENTIAL_RESOLVER = "cognition.core.run_credentials_resolve"
-    run_id = run_start(agent_id=world.alpha.pk, task="t", credential_names=["api_key"], actor="t")[
-        "run_id"
-    ]
+    run_id = run_start(
+        workspace=new_workspace(),
+        agent_id=world.alpha.pk,
+        task="t",
+        credential_names=["api_key"],
+        actor="t",
+    )["run_id"]
     drive(run_id, scripted_llm.client())
     # when the service starts again and re-emits pending questions
     (signal_id,) = run_reemit_pending_questions()
@@ -342,9 +374,13 @@ def test_a_resolver_failing_at_resume_time_leaves_the_credential_set_and_the_run
 ) -> None:
     # given a run waiting for api_key
     settings.MOTOR_CREDENTIAL_RESOLVER = "cognition.core.run_credentials_resolve"
-    run_id = run_start(agent_id=world.alpha.pk, task="t", credential_names=["api_key"], actor="t")[
-        "run_id"
-    ]
+    run_id = run_start(
+        workspace=new_workspace(),
+        agent_id=world.alpha.pk,
+        task="t",
+        credential_names=["api_key"],
+        actor="t",
+    )["run_id"]
     drive(run_id, scripted_llm.client())
     # when the resolver breaks and the credential is set
     settings.MOTOR_CREDENTIAL_RESOLVER = "tests.runs.credential_resolver.broken"
@@ -363,9 +399,13 @@ def test_a_run_without_a_skill_gets_a_vault_value_under_its_stored_spelling_too(
     from cognition.core import run_credentials_resolve
 
     credential_set(agent=world.alpha, name="API_KEY", value=VALUE, actor="t")
-    run_id = run_start(agent_id=world.alpha.pk, task="t", credential_names=["API_KEY"], actor="t")[
-        "run_id"
-    ]
+    run_id = run_start(
+        workspace=new_workspace(),
+        agent_id=world.alpha.pk,
+        task="t",
+        credential_names=["API_KEY"],
+        actor="t",
+    )["run_id"]
     # when the runtime resolves the run's names
     values = run_credentials_resolve(
         agent_id=world.alpha.pk, run_id=run_id, names=["api_key", "other"]
@@ -386,7 +426,12 @@ def test_a_long_wait_for_a_credential_does_not_use_up_the_run_s_time(
 
     settings.MOTOR_CREDENTIAL_RESOLVER = "cognition.core.run_credentials_resolve"
     run_id = run_start(
-        agent_id=world.alpha.pk, task="t", credential_names=["api_key"], timeout_s=60, actor="t"
+        workspace=new_workspace(),
+        agent_id=world.alpha.pk,
+        task="t",
+        credential_names=["api_key"],
+        timeout_s=60,
+        actor="t",
     )["run_id"]
     drive(run_id, scripted_llm.client())
     MotorRun.objects.filter(pk=run_id).update(started_at=timezone.now() - timedelta(minutes=10))

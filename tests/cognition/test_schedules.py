@@ -31,6 +31,7 @@ from runs.models import MotorRun, Signal
 from runs.services import run_start
 from skills.models import Policy, PolicyStatus, SkillFile
 from skills.services import Actor, skill_delete
+from tests.runs.helpers import new_workspace
 from tests.skills.conftest import tamper_file
 
 from .conftest import World
@@ -361,7 +362,9 @@ def test_a_missing_credential_is_skipped_with_its_name(world, tmp_path, workspac
 def test_a_busy_agent_is_skipped_naming_its_active_run(world, tmp_path, workspaces):
     _skill(world, tmp_path)
     schedule = _create(world)
-    active = run_start(agent_id=world.alpha.pk, task="hold the hands", actor="test")["run_id"]
+    active = run_start(
+        workspace=new_workspace(), agent_id=world.alpha.pk, task="hold the hands", actor="test"
+    )["run_id"]
     schedule_fire(schedule_id=schedule.pk)
     _assert_skipped(schedule, "agent_busy", f"busy with run {active}")
     assert (run_count(), _energy(world.alpha)) == (1, 1.0)

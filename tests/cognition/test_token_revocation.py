@@ -15,6 +15,7 @@ from runs.models import MotorRun, RunEvent, RunStatus, Signal, Step
 from runs.mutex import mutex_key, redis_client
 from runs.services import run_start
 from tests.fixtures.llm import LLMStubServer, reply_text, reply_tools, tool_call
+from tests.runs.helpers import new_workspace
 
 from .conftest import World, bearer
 from .worker_support import (  # noqa: F401 - clean_run_queue, start_worker, worker: fixtures
@@ -101,8 +102,12 @@ def test_revoking_in_the_admin_cancels_the_agents_active_run_and_leaves_others(
     world: World,
 ) -> None:
     # given an active run for alpha and one for bravo (no worker: they stay created)
-    alpha_run = run_start(agent_id=world.alpha.pk, task="a", tools=["read"], actor="t")["run_id"]
-    bravo_run = run_start(agent_id=world.bravo.pk, task="b", tools=["read"], actor="t")["run_id"]
+    alpha_run = run_start(
+        workspace=new_workspace(), agent_id=world.alpha.pk, task="a", tools=["read"], actor="t"
+    )["run_id"]
+    bravo_run = run_start(
+        workspace=new_workspace(), agent_id=world.bravo.pk, task="b", tools=["read"], actor="t"
+    )["run_id"]
     root = Client()
     root.force_login(world.olivia.__class__.objects.create_superuser("root", "r@x.org", "pw"))
 
@@ -130,7 +135,9 @@ def test_revoking_an_agent_without_active_runs_changes_no_run(world: World) -> N
     # given a finished run (cancelled by its owner earlier)
     from runs.services import run_cancel
 
-    run_id = run_start(agent_id=world.alpha.pk, task="a", tools=["read"], actor="t")["run_id"]
+    run_id = run_start(
+        workspace=new_workspace(), agent_id=world.alpha.pk, task="a", tools=["read"], actor="t"
+    )["run_id"]
     run_cancel(run_id=run_id, actor="t")
     before = list(MotorRun.objects.values_list("id", "status", "result", "updated_at"))
     signals = Signal.objects.count()

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
+
+from django.conf import settings
 
 from runs.models import Attempt, MotorRun, RunEvent, Signal, Step
 from runs.services import SliceOutcome, run_step
@@ -33,3 +37,10 @@ def snapshot(run_id: str) -> dict[str, Any]:
         "events": RunEvent.objects.filter(run_id=run_id).count(),
         "signals": Signal.objects.filter(run_id=run_id).count(),
     }
+
+
+def new_workspace() -> str:
+    """A fresh directory inside MOTOR_WORKSPACES_DIR, as the project makes one for each run."""
+    root = Path(settings.MOTOR_WORKSPACES_DIR)
+    root.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkdtemp(prefix="ws_", dir=root)

@@ -20,7 +20,7 @@ from runs.models import (
 )
 from runs.services import run_respond, run_start
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
-from tests.runs.helpers import drive
+from tests.runs.helpers import drive, new_workspace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -37,7 +37,9 @@ def _controller(username: str) -> User:
 
 
 def _asking_run(agent, scripted_llm) -> str:
-    run_id = run_start(agent_id=agent.pk, task="Export the quarterly data", actor="test")["run_id"]
+    run_id = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="Export the quarterly data", actor="test"
+    )["run_id"]
     scripted_llm.add(
         reply_tools(
             tool_call("ask_user", {"question": "Separate CSVs or one workbook?"}, call_id="q1"),

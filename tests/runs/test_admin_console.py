@@ -26,7 +26,7 @@ from runs.models import (
 from runs.services import run_start
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.runs.credential_resolver import SECRET_VALUE
-from tests.runs.helpers import drive, snapshot
+from tests.runs.helpers import drive, new_workspace, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -59,7 +59,9 @@ def _messages(response) -> list[str]:
 
 
 def _asking_run(agent, scripted_llm, question: str = "CSV or JSON?") -> str:
-    run_id = run_start(agent_id=agent.pk, task="Export the data", actor="test")["run_id"]
+    run_id = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="Export the data", actor="test"
+    )["run_id"]
     scripted_llm.add(
         reply_tools(tool_call("ask_user", {"question": question}, call_id="call_q"), text="Ask.")
     )
@@ -69,7 +71,9 @@ def _asking_run(agent, scripted_llm, question: str = "CSV or JSON?") -> str:
 
 
 def _completed_run(agent, scripted_llm) -> str:
-    run_id = run_start(agent_id=agent.pk, task="Say hi", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="Say hi", actor="test")[
+        "run_id"
+    ]
     scripted_llm.add(reply_text("Hi."))
     drive(run_id, scripted_llm.client())
     assert MotorRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
@@ -77,7 +81,9 @@ def _completed_run(agent, scripted_llm) -> str:
 
 
 def _failed_run(agent, scripted_llm) -> str:
-    run_id = run_start(agent_id=agent.pk, task="Loop", max_iterations=1, actor="test")["run_id"]
+    run_id = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="Loop", max_iterations=1, actor="test"
+    )["run_id"]
     scripted_llm.add(reply_tools(tool_call("nope"), text="trying"))
     drive(run_id, scripted_llm.client())
     assert MotorRun.objects.get(pk=run_id).status == RunStatus.FAILED
@@ -109,7 +115,9 @@ def test_runs_list_shows_status_progress_and_attempts_and_filters_by_status(agen
     # given a run awaiting input and a completed one of another agent
     asking = _asking_run(agent, scripted_llm)
     other = Agent.objects.create(name="other-agent", owner=agent.owner)
-    done = run_start(agent_id=other.pk, task="Say hi " + "x" * 200, actor="test")["run_id"]
+    done = run_start(
+        workspace=new_workspace(), agent_id=other.pk, task="Say hi " + "x" * 200, actor="test"
+    )["run_id"]
     scripted_llm.add(reply_text("Hi."))
     drive(done, scripted_llm.client())
     client = _client(_user("vera", VIEW))
@@ -559,9 +567,13 @@ def test_an_unknown_run_is_404_for_the_page_the_live_feed_and_actions():
 def test_a_run_waiting_for_credentials_offers_no_answer_form(agent, scripted_llm, settings):
     # given a run waiting for api_key, which nobody has set
     settings.MOTOR_CREDENTIAL_RESOLVER = "tests.runs.credential_resolver.nothing"
-    run_id = run_start(agent_id=agent.pk, task="t", credential_names=["api_key"], actor="test")[
-        "run_id"
-    ]
+    run_id = run_start(
+        workspace=new_workspace(),
+        agent_id=agent.pk,
+        task="t",
+        credential_names=["api_key"],
+        actor="test",
+    )["run_id"]
     drive(run_id, scripted_llm.client())
     # when its console is opened by someone who may answer questions
     page = _client(_user("ann", CONTROL)).get(_url("change", run_id)).content.decode()

@@ -21,13 +21,19 @@ from runs.services import (
     run_step,
 )
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
-from tests.runs.helpers import drive, snapshot
+from tests.runs.helpers import drive, new_workspace, snapshot
 
 pytestmark = pytest.mark.django_db
 
 
 def _failed_run(agent, scripted_llm, **kw) -> str:
-    run_id = run_start(agent_id=agent.pk, task="Do it", max_iterations=1, actor="t", **kw)["run_id"]
+    run_id = run_start(
+        agent_id=agent.pk,
+        task="Do it",
+        max_iterations=1,
+        actor="t",
+        **{"workspace": new_workspace(), **kw},
+    )["run_id"]
     scripted_llm.add(reply_tools(tool_call("nope")))
     drive(run_id, scripted_llm.client())
     assert MotorRun.objects.get(pk=run_id).status == RunStatus.FAILED
@@ -62,7 +68,7 @@ def test_retry_starts_a_clean_attempt_with_the_guidance_in_the_system_prompt(age
 
 def test_a_retry_gets_at_most_15_iterations(agent, scripted_llm):
     # given a run with the full cap of 20 that failed (the model was unreachable)
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     drive(run_id, scripted_llm.client())
     assert Attempt.objects.get(run_id=run_id, index=0).max_iterations == 20
     # when it is retried, then the new attempt is capped at 15
@@ -79,7 +85,7 @@ def test_retry_is_refused_without_attempts_left_or_unless_failed_and_changes_not
         run_retry(run_id=run_id, guidance="g", actor="t")
     assert snapshot(run_id) == before
 
-    active = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    active = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     before = snapshot(active)
     with pytest.raises(InvalidTransition, match="only a failed run can be retried"):
         run_retry(run_id=active, guidance="g", actor="t")
@@ -89,7 +95,7 @@ def test_retry_is_refused_without_attempts_left_or_unless_failed_and_changes_not
 def test_retry_is_refused_while_the_agent_has_another_active_run(agent, scripted_llm):
     # given a failed run and, since then, a new active run for the same agent
     failed = _failed_run(agent, scripted_llm)
-    active = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    active = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     before = snapshot(failed)
     # when the failed run is retried, then the database refuses, naming the active run
     with pytest.raises(MotorBusy) as excinfo:
@@ -101,7 +107,7 @@ def test_retry_is_refused_while_the_agent_has_another_active_run(agent, scripted
 def test_unanswered_question_times_out_and_releases_the_agent(agent, scripted_llm, settings):
     # given a run that has waited for an answer longer than the timeout
     settings.MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS = 60
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Which?"})))
     drive(run_id, scripted_llm.client())
     MotorRun.objects.filter(pk=run_id).update(updated_at=timezone.now() - timedelta(seconds=61))
@@ -119,11 +125,14 @@ def test_unanswered_question_times_out_and_releases_the_agent(agent, scripted_ll
         "awaiting_input",
         "failed",
     ]
-    assert run_start(agent_id=agent.pk, task="next", actor="t")["status"] == "created"
+    assert (
+        run_start(workspace=new_workspace(), agent_id=agent.pk, task="next", actor="t")["status"]
+        == "created"
+    )
 
 
 def test_a_recent_question_is_not_timed_out(agent, scripted_llm):
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Which?"})))
     drive(run_id, scripted_llm.client())
     before = snapshot(run_id)
@@ -133,8 +142,12 @@ def test_a_recent_question_is_not_timed_out(agent, scripted_llm):
 
 def test_reaper_wakes_a_run_whose_message_was_lost_and_only_that_one(make_agent, test_redis):
     # given one run idle beyond the grace period and one just created
-    lost = run_start(agent_id=make_agent().pk, task="t", actor="t")["run_id"]
-    fresh = run_start(agent_id=make_agent().pk, task="t", actor="t")["run_id"]
+    lost = run_start(workspace=new_workspace(), agent_id=make_agent().pk, task="t", actor="t")[
+        "run_id"
+    ]
+    fresh = run_start(workspace=new_workspace(), agent_id=make_agent().pk, task="t", actor="t")[
+        "run_id"
+    ]
     MotorRun.objects.filter(pk=lost).update(idle_since=timezone.now() - timedelta(minutes=5))
     # when the reaper runs, then only the lost run is woken: one message, for its current token
     assert run_reap()["woken"] == [lost]
@@ -146,7 +159,7 @@ def test_reaper_wakes_a_run_whose_message_was_lost_and_only_that_one(make_agent,
 def test_an_already_served_wake_up_message_is_dropped(agent, scripted_llm, settings):
     settings.MOTOR_SLICE_SECONDS = 0  # one iteration per slice
     # given a run whose first message (token 0) was served: one iteration recorded, lease released
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     scripted_llm.add(reply_tools(tool_call("nope")))
     assert run_step(run_id=run_id, expected_token=0, client=scripted_llm.client()) is (
         SliceOutcome.CONTINUED
@@ -161,7 +174,7 @@ def test_an_already_served_wake_up_message_is_dropped(agent, scripted_llm, setti
 
 
 def test_questions_are_re_signalled_at_startup(agent, scripted_llm):
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Still there?"})))
     drive(run_id, scripted_llm.client())
     ids = run_reemit_pending_questions()
@@ -177,7 +190,7 @@ def test_questions_are_re_signalled_at_startup(agent, scripted_llm):
 def test_a_worker_start_re_signals_only_questions_asked_before_it(agent, scripted_llm):
     # given a run that asked its question after the worker started
     started = timezone.now()
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Still there?"})))
     drive(run_id, scripted_llm.client())
     # when that worker's startup re-emission runs, then it adds nothing
@@ -191,7 +204,9 @@ def test_a_worker_start_re_signals_only_questions_asked_before_it(agent, scripte
 def test_a_run_past_its_timeout_fails_at_its_next_slice_without_calling_the_model(
     agent, scripted_llm
 ):
-    run_id = run_start(agent_id=agent.pk, task="t", timeout_s=30, actor="t")["run_id"]
+    run_id = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="t", timeout_s=30, actor="t"
+    )["run_id"]
     MotorRun.objects.filter(pk=run_id).update(
         status=RunStatus.RUNNING, started_at=timezone.now() - timedelta(seconds=31)
     )
@@ -261,7 +276,9 @@ def test_time_spent_waiting_for_an_answer_is_not_counted_against_the_run_timeout
     agent, scripted_llm
 ):
     # given a 30 s run that asked the user and then waited 10 minutes (started 10 min ago, too)
-    run_id = run_start(agent_id=agent.pk, task="t", timeout_s=30, actor="t")["run_id"]
+    run_id = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="t", timeout_s=30, actor="t"
+    )["run_id"]
     scripted_llm.add(
         reply_tools(tool_call("ask_user", {"question": "Which?"}, call_id="call_q")),
         reply_text("Done with A."),
@@ -284,7 +301,9 @@ def test_a_run_that_used_its_budget_before_waiting_still_times_out_after_the_ans
     agent, scripted_llm
 ):
     # given a 30 s run that worked 31 s before asking, then waited 10 minutes
-    run_id = run_start(agent_id=agent.pk, task="t", timeout_s=30, actor="t")["run_id"]
+    run_id = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="t", timeout_s=30, actor="t"
+    )["run_id"]
     scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Which?"}, call_id="call_q")))
     assert drive(run_id, scripted_llm.client()) == [SliceOutcome.PAUSED]
     now = timezone.now()

@@ -16,6 +16,7 @@ from django.db import connection, connections
 from runs.models import Attempt, MotorRun, RunStatus, Step
 from runs.services import SliceOutcome, run_cancel, run_start, run_step
 from tests.fixtures.llm import reply_text
+from tests.runs.helpers import new_workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,16 +45,21 @@ def test_a_new_runs_first_message_carries_its_first_request_unless_it_has_creden
     make_agent, test_redis, tmp_path: Path
 ):
     # given a run with a task, tools, skill instructions and a workspace, and one with credentials
+    workspace = new_workspace()
     plain = run_start(
         agent_id=make_agent().pk,
         task="Summarise notes.txt",
         tools=["read"],
-        workspace=str(tmp_path),
+        workspace=workspace,
         skill_instructions="Read SKILL.md first.",
         actor="test",
     )["run_id"]
     secret = run_start(
-        agent_id=make_agent().pk, task="Call the API", credential_names=["api_key"], actor="test"
+        workspace=new_workspace(),
+        agent_id=make_agent().pk,
+        task="Call the API",
+        credential_names=["api_key"],
+        actor="test",
     )["run_id"]
     # then the first carries what its first LLM request is made of, and nothing else
     assert _first_message(test_redis, plain) == {
@@ -63,7 +69,7 @@ def test_a_new_runs_first_message_carries_its_first_request_unless_it_has_creden
             "skill_instructions": "Read SKILL.md first.",
             "review": False,
             "skill_id": None,
-            "workspace": str(tmp_path),
+            "workspace": workspace,
         }
     }
     # and the run with credentials carries none: its first step may be to ask for them
@@ -74,7 +80,9 @@ def test_the_first_request_goes_out_while_the_claim_waits_and_its_answer_is_used
     agent, scripted_llm, test_redis
 ):
     # given a new run whose row another transaction holds locked, so its claim must wait
-    run_id = run_start(agent_id=agent.pk, task="Say hi", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="Say hi", actor="test")[
+        "run_id"
+    ]
     ahead = _first_message(test_redis, run_id)["ahead"]
     scripted_llm.add(reply_text("hi"))
     client = scripted_llm.client()
@@ -108,7 +116,9 @@ def test_the_first_request_goes_out_while_the_claim_waits_and_its_answer_is_used
 def test_an_answer_to_a_request_the_run_does_not_ask_is_dropped(agent, scripted_llm, test_redis):
     # given a first message whose request is not the run's (as a message that came again after
     # the run moved on would be)
-    run_id = run_start(agent_id=agent.pk, task="Say hi", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="Say hi", actor="test")[
+        "run_id"
+    ]
     ahead = dict(_first_message(test_redis, run_id)["ahead"], task="Say something else")
     scripted_llm.add(reply_text("answer to the other request"), reply_text("hi"))
     # when the slice runs, then the early answer is not used: the model is asked again, and the
@@ -130,7 +140,9 @@ def test_a_run_cancelled_before_its_first_slice_records_nothing_from_an_early_an
     agent, scripted_llm, test_redis
 ):
     # given a new run cancelled before any worker took it
-    run_id = run_start(agent_id=agent.pk, task="Say hi", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="Say hi", actor="test")[
+        "run_id"
+    ]
     ahead = _first_message(test_redis, run_id)["ahead"]
     run_cancel(run_id=run_id, actor="test")
     scripted_llm.add(reply_text("too late"))
@@ -148,7 +160,9 @@ def test_a_run_cancelled_before_its_first_slice_records_nothing_from_an_early_an
 
 def test_a_malformed_first_request_is_ignored(agent, scripted_llm, caplog):
     # given a first message whose request description is broken
-    run_id = run_start(agent_id=agent.pk, task="Say hi", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="Say hi", actor="test")[
+        "run_id"
+    ]
     scripted_llm.add(reply_text("hi"))
     # when the slice runs, then it asks the model itself, once, and completes
     outcome = run_step(

@@ -17,7 +17,7 @@ from runs.llm import chat_completion_body
 from runs.models import Attempt, MotorRun, RunEvent, RunStatus, Step
 from runs.services import SliceOutcome, run_start, run_step
 from tests.fixtures.llm import reply_text, tool_call
-from tests.runs.helpers import snapshot
+from tests.runs.helpers import new_workspace, snapshot
 
 
 def _expire(run_id: str) -> None:
@@ -29,7 +29,7 @@ def _expire(run_id: str) -> None:
 
 @pytest.mark.django_db
 def test_claims_bump_the_token_and_a_live_lease_is_not_shared(agent):
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     # when A claims, B cannot claim while A's lease is live
     first = lease_claim(run_id=run_id, owner="A")
     assert first is not None and first.token == 1
@@ -46,7 +46,7 @@ def test_claims_bump_the_token_and_a_live_lease_is_not_shared(agent):
 @pytest.mark.django_db
 def test_a_stale_token_cannot_lock_or_release_and_changes_nothing(agent):
     # given A's lease taken over by B after A stalled
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     stale = lease_claim(run_id=run_id, owner="A")
     _expire(run_id)
     fresh = lease_claim(run_id=run_id, owner="B")
@@ -88,7 +88,7 @@ class _GatedLLM:
 @pytest.mark.django_db(transaction=True)
 def test_two_workers_racing_on_one_run_leave_exactly_one_writer(agent, scripted_llm):
     # given worker A inside its LLM call, holding the lease
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     slow = _GatedLLM(
         chat_completion_body(
             content="A's plan",
@@ -136,7 +136,7 @@ def test_two_workers_racing_on_one_run_leave_exactly_one_writer(agent, scripted_
 @pytest.mark.django_db(transaction=True)
 def test_cancel_while_running_fences_the_slice_in_progress(agent, test_redis):
     # given a slice inside its LLM call
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     slow = _GatedLLM(chat_completion_body(tool_calls=[tool_call("nope")], model="m"))
     outcome: list[SliceOutcome] = []
 

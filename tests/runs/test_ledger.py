@@ -26,7 +26,7 @@ from runs.ledger import (
 )
 from runs.models import Attempt, MotorRun, RunEvent, Step, StepState, new_run_id
 from runs.services import run_start
-from tests.runs.helpers import snapshot
+from tests.runs.helpers import new_workspace, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +41,7 @@ TOOL_MESSAGE = {"role": "tool", "tool_call_id": "c1", "content": "hello"}
 
 def _iteration(agent: Any, *, single_statement: bool) -> tuple[str, dict[str, Any]]:
     """Reply, intent and result of one iteration through the ledger; the rows they left."""
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     lease = lease_claim(run_id=run_id, owner="w")
     assert lease is not None
     attempt = Attempt.objects.get(run_id=run_id)
@@ -73,7 +73,7 @@ def _iteration(agent: Any, *, single_statement: bool) -> tuple[str, dict[str, An
     done = Step.objects.get(pk=step.pk)
     assert (done.state, done.result, done.duration_ms) == (step.state, step.result, 7)
     rows = snapshot(run_id)
-    for key in ("id", "created_at", "idle_since", "lease_owner"):
+    for key in ("id", "created_at", "idle_since", "lease_owner", "workspace"):
         rows["run"].pop(key)
     for row in rows["attempts"] + rows["steps"]:
         for key in ("id", "run_id", "attempt_id", "started_at", "created_at", "completed_at"):
@@ -98,7 +98,7 @@ def test_both_forms_of_an_iteration_leave_the_same_rows(make_agent):
 @pytest.mark.parametrize("single_statement", [True, False])
 def test_a_stale_token_is_refused_and_nothing_changes(agent, single_statement):
     # given a run whose lease moved on to a newer claim
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     old = lease_claim(run_id=run_id, owner="w")
     assert old is not None
     assert lease_claim(run_id=run_id, owner="w") is not None
@@ -137,7 +137,15 @@ def test_a_stale_token_is_refused_and_nothing_changes(agent, single_statement):
 def _claimed_rows(run_id: str) -> dict[str, Any]:
     rows = snapshot(run_id)
     run = rows["run"]
-    for key in ("id", "agent_id", "created_at", "started_at", "lease_expires_at", "idle_since"):
+    for key in (
+        "id",
+        "agent_id",
+        "created_at",
+        "started_at",
+        "lease_expires_at",
+        "idle_since",
+        "workspace",
+    ):
         run.pop(key)
     events = list(
         RunEvent.objects.filter(run_id=run_id).values_list("from_status", "to_status", "actor")
@@ -147,8 +155,12 @@ def _claimed_rows(run_id: str) -> dict[str, Any]:
 
 def test_claiming_a_new_run_starts_it_in_the_same_write_in_both_forms(make_agent):
     # given two new runs
-    one = run_start(agent_id=make_agent().pk, task="t", actor="t")["run_id"]
-    other = run_start(agent_id=make_agent().pk, task="t", actor="t")["run_id"]
+    one = run_start(workspace=new_workspace(), agent_id=make_agent().pk, task="t", actor="t")[
+        "run_id"
+    ]
+    other = run_start(workspace=new_workspace(), agent_id=make_agent().pk, task="t", actor="t")[
+        "run_id"
+    ]
     # when each is claimed for its first message, once per form
     single = ledger_claim(run_id=one, owner="w", expected_token=0, actor="worker:w")
     orm = _claim_orm(run_id=other, owner="w", expected_token=0, actor="worker:w")
@@ -178,7 +190,7 @@ def test_claiming_a_new_run_starts_it_in_the_same_write_in_both_forms(make_agent
 def test_a_claim_for_a_served_message_or_a_live_lease_changes_nothing(agent, single_statement):
     claim = ledger_claim if single_statement else _claim_orm
     # given a run whose first message was served (token 1, lease live for another owner)
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     assert claim(run_id=run_id, owner="a", expected_token=0, actor="worker:a") is not None
     before = snapshot(run_id)
     # when another owner claims for the same message, or with no message at all
@@ -253,7 +265,7 @@ def test_a_refused_creation_is_never_announced(make_agent, refusal):
     # active run
     if refusal == "agent busy":
         agent = make_agent()
-        run_start(agent_id=agent.pk, task="first", actor="t")
+        run_start(workspace=new_workspace(), agent_id=agent.pk, task="first", actor="t")
         agent_id = agent.pk
     else:
         agent_id = 987654
@@ -307,4 +319,7 @@ def test_an_announcement_that_fails_creates_nothing(agent):
     assert _rows_of(run.pk) == (0, 0, 0)
     assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     # and the agent can start a run right away
-    assert run_start(agent_id=agent.pk, task="again", actor="t")["status"] == "created"
+    assert (
+        run_start(workspace=new_workspace(), agent_id=agent.pk, task="again", actor="t")["status"]
+        == "created"
+    )

@@ -21,14 +21,16 @@ from runs.models import (
 )
 from runs.services import SliceOutcome, run_respond, run_start, run_step
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
-from tests.runs.helpers import drive
+from tests.runs.helpers import drive, new_workspace
 
 pytestmark = pytest.mark.django_db
 
 
 def test_no_tool_call_completes_with_the_text_as_summary_and_a_signal(agent, scripted_llm):
     # given a run whose model answers at once
-    run_id = run_start(agent_id=agent.pk, task="Add 2 and 2", actor="test")["run_id"]
+    run_id = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="Add 2 and 2", actor="test"
+    )["run_id"]
     scripted_llm.add(reply_text("4"))
     # when the loop runs
     outcomes = drive(run_id, scripted_llm.client())
@@ -50,7 +52,9 @@ def test_the_model_sees_the_task_in_the_system_prompt_and_only_host_tools_withou
     agent, scripted_llm
 ):
     # given a run granted no sandbox tools
-    run_id = run_start(agent_id=agent.pk, task="Summarise the plan", actor="test")["run_id"]
+    run_id = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="Summarise the plan", actor="test"
+    )["run_id"]
     scripted_llm.add(reply_text("ok"))
     # when it runs
     drive(run_id, scripted_llm.client())
@@ -64,12 +68,15 @@ def test_the_model_sees_the_task_in_the_system_prompt_and_only_host_tools_withou
     assert [tool["function"]["name"] for tool in request["tools"]] == [
         "ask_user",
         "request_approval",
+        "save_credential",  # every run has a workspace, so it may create a skill
     ]
 
 
 def test_ask_user_round_trip_feeds_the_answer_back_as_that_calls_result(agent, scripted_llm):
     # given a model that asks, then finishes using the answer
-    run_id = run_start(agent_id=agent.pk, task="Convert files", actor="test")["run_id"]
+    run_id = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="Convert files", actor="test"
+    )["run_id"]
     scripted_llm.add(
         reply_tools(
             tool_call("ask_user", {"question": "Separate CSVs or one?"}, call_id="call_q"),
@@ -129,7 +136,9 @@ def test_ask_user_round_trip_feeds_the_answer_back_as_that_calls_result(agent, s
 
 def test_iteration_cap_fails_the_run_with_the_partial_result(agent, scripted_llm):
     # given a run capped at 3 iterations whose model never stops calling tools
-    run_id = run_start(agent_id=agent.pk, task="Loop", max_iterations=3, actor="test")["run_id"]
+    run_id = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="Loop", max_iterations=3, actor="test"
+    )["run_id"]
     scripted_llm.add(
         reply_tools(tool_call("nope_a"), text="trying a"),
         reply_tools(tool_call("nope_b"), text="trying b"),
@@ -165,7 +174,9 @@ def test_iteration_cap_fails_the_run_with_the_partial_result(agent, scripted_llm
 
 def test_same_tool_failing_three_times_with_the_same_code_fails_the_run(agent, scripted_llm):
     # given a model that keeps calling a tool the run was not granted
-    run_id = run_start(agent_id=agent.pk, task="Read it", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="Read it", actor="test")[
+        "run_id"
+    ]
     scripted_llm.add(*(reply_tools(tool_call("read", {"path": "a.txt"})) for _ in range(5)))
     # when the loop runs
     outcomes = drive(run_id, scripted_llm.client())
@@ -191,7 +202,9 @@ def test_same_tool_failing_three_times_with_the_same_code_fails_the_run(agent, s
 
 def test_different_error_codes_do_not_trigger_the_bailout(agent, scripted_llm):
     # given failures of the same tool with alternating error codes (denied vs invalid_args)
-    run_id = run_start(agent_id=agent.pk, task="t", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="test")[
+        "run_id"
+    ]
     scripted_llm.add(
         reply_tools(tool_call("ask_user", {"question": ""})),
         reply_tools(tool_call("ask_user", {"question": ""})),
@@ -208,7 +221,9 @@ def test_different_error_codes_do_not_trigger_the_bailout(agent, scripted_llm):
 
 def test_model_failure_after_the_clients_retries_fails_the_run(agent, scripted_llm):
     # given an empty script: the stub answers HTTP 500
-    run_id = run_start(agent_id=agent.pk, task="t", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="test")[
+        "run_id"
+    ]
     # when the loop runs
     assert drive(run_id, scripted_llm.client()) == [SliceOutcome.FINISHED]
     # then the run failed as a retryable model failure
@@ -227,7 +242,9 @@ def test_a_slice_for_an_unknown_run_is_a_no_op(scripted_llm):
 
 def test_replay_reproduces_a_recorded_run(agent, make_agent, scripted_llm):
     # given a recorded run with a question, an answer and a final summary
-    original = run_start(agent_id=agent.pk, task="Plan a trip", actor="test")["run_id"]
+    original = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="Plan a trip", actor="test"
+    )["run_id"]
     scripted_llm.add(
         reply_tools(tool_call("ask_user", {"question": "Where to?"}, call_id="q1")),
         reply_text("Booked Lisbon."),
@@ -237,7 +254,9 @@ def test_replay_reproduces_a_recorded_run(agent, make_agent, scripted_llm):
     drive(original, scripted_llm.client())
     # when a new run for another agent replays it
     other = make_agent()
-    replay = run_start(agent_id=other.pk, task="Plan a trip", actor="test")["run_id"]
+    replay = run_start(
+        workspace=new_workspace(), agent_id=other.pk, task="Plan a trip", actor="test"
+    )["run_id"]
     client = replay_client(run_id=original)
     drive(replay, client)
     run_respond(run_id=replay, answer="Lisbon", actor="test")
@@ -275,7 +294,7 @@ def test_invalid_start_params_are_refused_and_nothing_is_created(
 def test_start_for_an_unknown_agent_is_refused(db, test_redis):
     # inside a transaction (the agent is looked up before anything is written)
     with pytest.raises(InvalidRunParams, match="agent_id: no agent with id 987654"):
-        run_start(agent_id=987654, task="t", actor="test")
+        run_start(workspace=new_workspace(), agent_id=987654, task="t", actor="test")
     assert MotorRun.objects.count() == 0
     assert list(test_redis.scan_iter(match="motor:mutex:*")) == []
 
@@ -284,7 +303,7 @@ def test_start_for_an_unknown_agent_is_refused(db, test_redis):
 def test_start_for_an_unknown_agent_is_refused_outside_a_transaction_too(test_redis):
     # in autocommit (the one-statement insert, which the agent's foreign key refuses)
     with pytest.raises(InvalidRunParams, match="agent_id: no agent with id 987654"):
-        run_start(agent_id=987654, task="t", actor="test")
+        run_start(workspace=new_workspace(), agent_id=987654, task="t", actor="test")
     assert (MotorRun.objects.count(), Attempt.objects.count(), RunEvent.objects.count()) == (
         0,
         0,
@@ -298,9 +317,13 @@ def test_start_for_an_unknown_agent_is_refused_outside_a_transaction_too(test_re
 def test_messages_and_steps_are_json_with_placeholders_only(agent, scripted_llm, settings):
     # given a model that passes a credential placeholder to a tool it was not granted
     settings.MOTOR_CREDENTIAL_RESOLVER = "tests.runs.credential_resolver.resolve"
-    run_id = run_start(agent_id=agent.pk, task="t", credential_names=["api_key"], actor="test")[
-        "run_id"
-    ]
+    run_id = run_start(
+        workspace=new_workspace(),
+        agent_id=agent.pk,
+        task="t",
+        credential_names=["api_key"],
+        actor="test",
+    )["run_id"]
     scripted_llm.add(
         reply_tools(tool_call("fetch", {"url": "https://x.test", "token": "<credential:api_key>"})),
         reply_text("done"),
@@ -318,7 +341,9 @@ def test_one_slice_advances_the_run_iteration_after_iteration_under_a_single_cla
     agent, scripted_llm, test_redis
 ):
     # given a run whose model calls tools twice before it answers, and the default slice budget
-    run_id = run_start(agent_id=agent.pk, task="Loop", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="Loop", actor="test")[
+        "run_id"
+    ]
     test_redis.delete("celery")  # the start's own wake-up message is not under test
     scripted_llm.add(
         reply_tools(tool_call("nope_a")), reply_tools(tool_call("nope_b")), reply_text("done")
@@ -342,7 +367,9 @@ def test_a_slice_past_its_time_budget_hands_the_run_over_after_the_iteration_in_
 ):
     # given a slice budget of 0.2 s and a model whose second reply takes 0.3 s
     settings.MOTOR_SLICE_SECONDS = 0.2
-    run_id = run_start(agent_id=agent.pk, task="Loop", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="Loop", actor="test")[
+        "run_id"
+    ]
     test_redis.delete("celery")
     scripted_llm.add(reply_tools(tool_call("nope_a")))
     slow = scripted_llm.add_gated(reply_tools(tool_call("nope_b")))

@@ -11,6 +11,7 @@ from runs.errors import MotorBusy
 from runs.models import ACTIVE_STATUSES, MotorRun, RunStatus
 from runs.mutex import mutex_key
 from runs.services import run_cancel, run_start
+from tests.runs.helpers import new_workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,7 +28,12 @@ def _start_many(agent_id: int, count: int) -> list[tuple[str, str]]:
         try:
             barrier.wait()
             try:
-                outcome = ("started", run_start(agent_id=agent_id, task="t", actor="t")["run_id"])
+                outcome = (
+                    "started",
+                    run_start(workspace=new_workspace(), agent_id=agent_id, task="t", actor="t")[
+                        "run_id"
+                    ],
+                )
             except MotorBusy as exc:
                 outcome = ("busy", str(exc))
             with lock:
@@ -57,7 +63,7 @@ def test_fifty_concurrent_starts_create_one_run_and_49_busy_errors_naming_it(age
 
 def test_after_a_redis_flush_the_database_still_allows_one_active_run(agent, test_redis):
     # given an active run, and then Redis loses every key (FLUSHDB of the test database only)
-    first = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    first = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     test_redis.flushdb()
     assert test_redis.get(mutex_key(agent.pk)) is None
     # when 10 more starts race
@@ -75,11 +81,11 @@ def test_after_a_redis_flush_the_database_still_allows_one_active_run(agent, tes
 
 def test_a_stale_key_of_a_finished_run_does_not_block_the_agent(agent, test_redis):
     # given a finished run whose key is still in Redis (its release was lost)
-    first = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    first = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     run_cancel(run_id=first, actor="t")
     test_redis.set(mutex_key(agent.pk), first)
     # when a new run starts
-    second = run_start(agent_id=agent.pk, task="t2", actor="t")["run_id"]
+    second = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t2", actor="t")["run_id"]
     # then it starts, and the key names it
     assert MotorRun.objects.get(pk=second).status == RunStatus.CREATED
     assert test_redis.get(mutex_key(agent.pk)) == second.encode()
@@ -90,12 +96,18 @@ def test_terminal_states_release_the_mutex_and_another_agent_is_never_blocked(
 ):
     # given two agents, one with an active run
     busy_agent, free_agent = make_agent(), make_agent()
-    first = run_start(agent_id=busy_agent.pk, task="t", actor="t")["run_id"]
+    first = run_start(workspace=new_workspace(), agent_id=busy_agent.pk, task="t", actor="t")[
+        "run_id"
+    ]
     # when the other agent starts, it is not affected
-    other = run_start(agent_id=free_agent.pk, task="t", actor="t")["run_id"]
+    other = run_start(workspace=new_workspace(), agent_id=free_agent.pk, task="t", actor="t")[
+        "run_id"
+    ]
     assert MotorRun.objects.get(pk=other).status == RunStatus.CREATED
     # and when the first run is cancelled, its key is gone and the agent can start again
     run_cancel(run_id=first, actor="t")
     assert test_redis.get(mutex_key(busy_agent.pk)) is None
-    again = run_start(agent_id=busy_agent.pk, task="t", actor="t")["run_id"]
+    again = run_start(workspace=new_workspace(), agent_id=busy_agent.pk, task="t", actor="t")[
+        "run_id"
+    ]
     assert MotorRun.objects.get(pk=again).status == RunStatus.CREATED

@@ -12,6 +12,7 @@ from django.utils import timezone
 from runs.models import Attempt, MotorRun, RunStatus, Step, StepState
 from runs.services import SliceOutcome, run_start, run_step
 from tests.fixtures.llm import reply_text, tool_call
+from tests.runs.helpers import new_workspace
 
 pytestmark = pytest.mark.django_db
 
@@ -84,7 +85,7 @@ def test_a_call_in_flight_when_its_worker_died_is_reported_not_rerun(
 
 def test_a_live_lease_of_another_live_process_is_not_taken_over(agent, scripted_llm):
     # given a run leased by a live process on this host (pid 1 always exists)
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     MotorRun.objects.filter(pk=run_id).update(
         lease_token=3,
         lease_owner=f"{socket.gethostname()}:1:1",
@@ -101,7 +102,7 @@ def test_a_live_lease_of_another_live_process_is_not_taken_over(agent, scripted_
 
 def test_a_slice_that_kept_killing_its_worker_fails_the_run_as_poison(agent, scripted_llm):
     # given a run whose slices started 3 times without finishing
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     MotorRun.objects.filter(pk=run_id).update(
         status=RunStatus.RUNNING, started_at=timezone.now(), redelivery_count=3
     )

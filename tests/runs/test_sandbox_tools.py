@@ -8,7 +8,7 @@ from runs.errors import InvalidRunParams
 from runs.models import Attempt, MotorRun, RunStatus, Step
 from runs.services import SliceOutcome, run_start
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
-from tests.runs.helpers import drive
+from tests.runs.helpers import drive, new_workspace
 
 pytestmark = pytest.mark.django_db
 
@@ -66,7 +66,13 @@ def test_only_the_granted_tools_schemas_are_offered_and_they_run_in_the_sandbox(
 
 def test_an_unknown_tool_grant_is_refused_naming_it(agent):
     with pytest.raises(InvalidRunParams, match="tools: unknown tool\\(s\\): 'teleport'"):
-        run_start(agent_id=agent.pk, task="t", tools=["read", "teleport"], actor="test")
+        run_start(
+            workspace=new_workspace(),
+            agent_id=agent.pk,
+            task="t",
+            tools=["read", "teleport"],
+            actor="test",
+        )
     assert MotorRun.objects.count() == 0
 
 
@@ -134,6 +140,13 @@ def test_a_review_run_reads_only_and_offers_no_host_side_tools(agent, scripted_l
 )
 def test_a_review_run_refuses_write_network_and_credentials(agent, params, message):
     with pytest.raises(InvalidRunParams) as excinfo:
-        run_start(agent_id=agent.pk, task="Review", review=True, actor="test", **params)
+        run_start(
+            agent_id=agent.pk,
+            task="Review",
+            review=True,
+            actor="test",
+            workspace=new_workspace(),
+            **params,
+        )
     assert str(excinfo.value).startswith(message)
     assert MotorRun.objects.count() == 0

@@ -14,7 +14,7 @@ from skills.models import Policy, Skill
 from skills.selectors import policy_credential_values
 from skills.services import Actor, policy_update, skill_install_bundle
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
-from tests.runs.helpers import drive
+from tests.runs.helpers import drive, new_workspace
 from tests.runs.test_credentials import _redis_dump
 from tests.skills.conftest import make_bundle
 
@@ -178,33 +178,27 @@ def test_a_skill_run_may_not_save_a_name_outside_its_required_credentials(
     assert VALUE not in repr(scripted_llm.requests[1])
 
 
-def test_review_runs_and_runs_without_a_workspace_are_not_offered_save_credential(
-    agent, make_agent, scripted_llm, tmp_path
-):
-    # given a review run and a run with neither a skill nor a workspace
+def test_review_runs_are_not_offered_save_credential(agent, scripted_llm, tmp_path):
+    # given a review run (a run without a workspace no longer exists: run_start refuses it)
     skill_dir = tmp_path / "skill"
     skill_dir.mkdir()
     (skill_dir / "SKILL.md").write_text("---\nname: x\ndescription: y\n---\n")
     review = run_start(
         agent_id=agent.pk, task="Review", workspace=str(skill_dir), review=True, actor="t"
     )["run_id"]
-    bare = run_start(agent_id=make_agent().pk, task="Think", actor="t")["run_id"]
     scripted_llm.add(
         reply_tools(tool_call("save_credential", {"name": "K", "value": VALUE})),
         reply_text("done"),
-        reply_tools(tool_call("save_credential", {"name": "K", "value": VALUE})),
-        reply_text("done"),
     )
-    # when both models call it anyway
+    # when its model calls it anyway
     drive(review, scripted_llm.client())
-    drive(bare, scripted_llm.client())
-    # then it was never offered, each call was denied, and the value was kept nowhere
-    assert ["save_credential" in _offered(r) for r in scripted_llm.requests] == [False] * 4
+    # then it was never offered, the call was denied, and the value was kept nowhere
+    assert ["save_credential" in _offered(r) for r in scripted_llm.requests] == [False] * 2
     results = [
         (step.result["ok"], step.result["error_code"])
-        for step in Step.objects.filter(attempt__run_id__in=[review, bare])
+        for step in Step.objects.filter(attempt__run_id=review)
     ]
-    assert results == [(False, "denied"), (False, "denied")]
+    assert results == [(False, "denied")]
     assert _rows_containing(VALUE) == []
 
 
@@ -213,6 +207,12 @@ def test_save_credential_cannot_be_granted_as_a_tool(agent):
     from runs.errors import InvalidRunParams
 
     with pytest.raises(InvalidRunParams, match="save_credential is host-side"):
-        run_start(agent_id=agent.pk, task="t", tools=["save_credential"], actor="t")
+        run_start(
+            workspace=new_workspace(),
+            agent_id=agent.pk,
+            task="t",
+            tools=["save_credential"],
+            actor="t",
+        )
     # then no run was created
     assert MotorRun.objects.count() == 0

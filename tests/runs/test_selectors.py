@@ -7,16 +7,18 @@ import pytest
 from runs.selectors import LOG_TAIL_BYTES, run_list, run_log, run_status, signal_list
 from runs.services import run_cancel, run_start
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
-from tests.runs.helpers import drive
+from tests.runs.helpers import drive, new_workspace
 
 pytestmark = pytest.mark.django_db
 
 
 def test_list_filters_by_status_and_counts_iterations(agent, scripted_llm):
-    first = run_start(agent_id=agent.pk, task="one", actor="t")["run_id"]
+    first = run_start(workspace=new_workspace(), agent_id=agent.pk, task="one", actor="t")["run_id"]
     scripted_llm.add(reply_tools(tool_call("nope")), reply_text("done"))
     drive(first, scripted_llm.client())
-    second = run_start(agent_id=agent.pk, task="two", actor="t")["run_id"]
+    second = run_start(workspace=new_workspace(), agent_id=agent.pk, task="two", actor="t")[
+        "run_id"
+    ]
     run_cancel(run_id=second, actor="t")
 
     runs, total = run_list(agent_id=agent.pk)
@@ -30,7 +32,7 @@ def test_list_filters_by_status_and_counts_iterations(agent, scripted_llm):
 
 
 def test_status_shows_the_pending_question_and_the_steps(agent, scripted_llm):
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Which one?"})))
     drive(run_id, scripted_llm.client())
     status = run_status(run_id=run_id)
@@ -41,7 +43,7 @@ def test_status_shows_the_pending_question_and_the_steps(agent, scripted_llm):
 
 
 def test_log_lists_transitions_and_calls(agent, scripted_llm):
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     scripted_llm.add(reply_tools(tool_call("tool_0", {"a": 1})), reply_text("done"))
     drive(run_id, scripted_llm.client())
     lines = run_log(run_id=run_id).splitlines()
@@ -56,7 +58,7 @@ def test_log_lists_transitions_and_calls(agent, scripted_llm):
 
 
 def test_log_keeps_only_the_last_16_kb(agent, scripted_llm):
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     scripted_llm.add(
         *(reply_tools(tool_call(f"tool_{i}", {"pad": "x" * 1900})) for i in range(19)),
         reply_text("done"),
@@ -69,7 +71,7 @@ def test_log_keeps_only_the_last_16_kb(agent, scripted_llm):
 
 
 def test_signal_cursor_returns_only_newer_rows(agent, scripted_llm):
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     scripted_llm.add(reply_text("done"))
     drive(run_id, scripted_llm.client())
     (signal,) = signal_list(agent_id=agent.pk)

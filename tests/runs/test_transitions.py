@@ -10,7 +10,7 @@ from runs.errors import InvalidTransition
 from runs.models import Attempt, AttemptStatus, MotorRun, RunEvent, RunStatus, Signal
 from runs.services import SliceOutcome, run_cancel, run_respond, run_start
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
-from tests.runs.helpers import drive, snapshot
+from tests.runs.helpers import drive, new_workspace, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -92,7 +92,9 @@ def test_attempt_pause_and_resume_carry_the_pending_question() -> None:
 
 def test_services_walk_created_running_awaiting_input_running_completed(agent, scripted_llm):
     # given a started run whose model asks one question and then finishes
-    started = run_start(agent_id=agent.pk, task="Say hello", actor="test")
+    started = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="Say hello", actor="test"
+    )
     scripted_llm.add(
         reply_tools(tool_call("ask_user", {"question": "Formal or casual?"}, call_id="c1")),
         reply_text("Said hello casually."),
@@ -116,7 +118,9 @@ def test_services_walk_created_running_awaiting_input_running_completed(agent, s
 
 def test_respond_is_refused_unless_awaiting_input_and_changes_nothing(agent):
     # given a run that is still `created`
-    run_id = run_start(agent_id=agent.pk, task="t", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="test")[
+        "run_id"
+    ]
     before = snapshot(run_id)
     # when an answer arrives
     with pytest.raises(InvalidTransition, match="only a run awaiting input takes an answer"):
@@ -127,7 +131,9 @@ def test_respond_is_refused_unless_awaiting_input_and_changes_nothing(agent):
 
 def test_cancel_of_a_terminal_run_is_refused_and_changes_nothing(agent, scripted_llm):
     # given a completed run
-    run_id = run_start(agent_id=agent.pk, task="t", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="test")[
+        "run_id"
+    ]
     scripted_llm.add(reply_text("done"))
     drive(run_id, scripted_llm.client())
     before = snapshot(run_id)
@@ -141,7 +147,9 @@ def test_cancel_of_a_terminal_run_is_refused_and_changes_nothing(agent, scripted
 
 def test_cancel_while_awaiting_input_fails_the_attempt_and_fences_the_lease(agent, scripted_llm):
     # given a run paused on a question
-    run_id = run_start(agent_id=agent.pk, task="t", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="test")[
+        "run_id"
+    ]
     scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Which?"})))
     drive(run_id, scripted_llm.client())
     token_before = MotorRun.objects.get(pk=run_id).lease_token

@@ -13,7 +13,7 @@ from runs.models import MotorRun, RunStatus
 from runs.services import SliceOutcome, run_start, run_step
 from runs.sessions import run_session_peek
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
-from tests.runs.helpers import drive
+from tests.runs.helpers import drive, new_workspace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,7 +103,9 @@ def test_a_slice_holds_no_connection_while_the_model_thinks_and_opens_the_sandbo
 
 def test_a_run_granted_no_sandbox_tool_opens_no_session(agent, scripted_llm):
     # given a run with no granted tool, whose model asks the user and then answers
-    run_id = run_start(agent_id=agent.pk, task="Ask", actor="test")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="Ask", actor="test")[
+        "run_id"
+    ]
     scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Which?"})))
     # when its slice runs, then no sandbox session was opened for it
     assert drive(run_id, scripted_llm.client()) == [SliceOutcome.PAUSED]

@@ -11,12 +11,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from runs.models import Attempt, MotorRun, RunStatus, Signal, Step
 from runs.mutex import mutex_key, redis_client
 from runs.services import run_cancel, run_respond, run_start
 from tests.fixtures.llm import LLMStubServer, reply_text, reply_tools, tool_call
+from tests.runs.helpers import new_workspace
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -50,6 +52,8 @@ def start_worker(
             "LLM_BASE_URL": llm_stub_server.base_url,
             "LLM_API_KEY": "stub",
             "CELERY_TASK_ALWAYS_EAGER": "false",
+            # the workspaces the test makes are the ones the worker accepts
+            "MOTOR_WORKSPACES_DIR": str(settings.MOTOR_WORKSPACES_DIR),
             # The setting, not only --pool: Celery takes a configured pool over --pool=prefork.
             "CELERY_WORKER_POOL": pool,
             **extra_env,
@@ -283,14 +287,18 @@ def test_cancel_during_a_long_code_call_kills_it_and_frees_the_agent(
     assert redis_client().get(mutex_key(agent.pk)) is None
     # and the same agent can start again at once, served by the same worker
     llm_stub_server.add(reply_text("Next."))
-    next_id = run_start(agent_id=agent.pk, task="Next", actor="t")["run_id"]
+    next_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="Next", actor="t")[
+        "run_id"
+    ]
     _wait_for(lambda: _status(next_id) == RunStatus.COMPLETED, "the next run")
     assert worker.poll() is None
 
 
 def test_a_worker_start_re_signals_runs_awaiting_input(agent, start_worker):
     # given a run that waits for an answer, signalled once before any worker was up
-    run_id = run_start(agent_id=agent.pk, task="Ask", actor="t")["run_id"]
+    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="Ask", actor="t")[
+        "run_id"
+    ]
     MotorRun.objects.filter(pk=run_id).update(status=RunStatus.AWAITING_INPUT)
     Attempt.objects.filter(run_id=run_id).update(
         status="awaiting_input", pending_question="Which size?", pending_tool_call_id="q"
@@ -447,7 +455,10 @@ def test_a_threads_worker_keeps_many_runs_waiting_on_the_llm_with_one_database_c
     # and four runs whose LLM replies are held back
     gates = [llm_stub_server.add_gated(reply_text(f"done {i}")) for i in range(4)]
     run_ids = [
-        run_start(agent_id=make_agent().pk, task=f"task {i}", actor="t")["run_id"] for i in range(4)
+        run_start(workspace=new_workspace(), agent_id=make_agent().pk, task=f"task {i}", actor="t")[
+            "run_id"
+        ]
+        for i in range(4)
     ]
     try:
         # when all four slices wait for the model at the same time (a slice holding its

@@ -9,13 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox.egress import (
+    POLICY_RULES,
+    AllowlistEntry,
     Decision,
     HostRejected,
     PolicyError,
     canonicalize_host,
     decide,
+    decide_authority,
     resolve_checked,
     split_authority,
+    validate_domains,
     validate_policy,
 )
 from sandbox.types import NetworkPolicy
@@ -258,32 +262,100 @@ def test_an_ip_literal_is_checked_without_a_lookup() -> None:
 
 
 @pytest.mark.parametrize(
-    ("entry", "rule"),
+    ("entry", "rule", "text"),
     [
-        ("*", "only allowed as a leading"),
-        ("*.test", "too broad"),
-        ("*.com", "too broad"),
-        ("*example.com", "only allowed as a leading"),
-        ("api.*.example.com", "only allowed as a leading"),
-        ("*.*.example.com", "only one leading"),
-        ("*.198.51.100.7", "wildcards never match IP"),
-        ("*.[2001:db8::1]", "wildcards never match IP"),
-        ("0177.0.0.1", "looks numeric"),
-        ("api.example.com:443", "ports belong in allowed_ports"),
-        ("2001:db8::1", "IPv6 needs brackets"),
-        ("evil\x00.com", "NUL byte"),
-        (" api.example.com", "whitespace"),
-        ("", "empty"),
+        ("*", "wildcard_form", "only allowed as a leading"),
+        ("*:443", "wildcard_form", "only allowed as a leading"),
+        ("*.test", "wildcard_too_broad", "too broad"),
+        ("*.com", "wildcard_too_broad", "too broad"),
+        ("*example.com", "wildcard_form", "only allowed as a leading"),
+        ("api.*.example.com", "wildcard_form", "only allowed as a leading"),
+        ("*.*.example.com", "wildcard_form", "only one"),
+        ("*.198.51.100.7", "wildcard_ip", "wildcards never match IP"),
+        ("*.[2001:db8::1]", "wildcard_ip", "wildcards never match IP"),
+        ("0177.0.0.1", "invalid_host", "looks numeric"),
+        ("api.example.com:0", "invalid_port", "malformed"),
+        ("api.example.com:65536", "invalid_port", "out of range"),
+        ("api.example.com:08443", "invalid_port", "malformed"),
+        ("api.example.com:", "invalid_port", "malformed"),
+        ("api.example.com:https", "invalid_port", "malformed"),
+        ("[2001:db8::1]x", "invalid_host", "after the IPv6 literal"),
+        ("https://api.example.com/path", "not_a_host", "not a URL"),
+        ("user@api.example.com", "not_a_host", "not a host name"),
+        ("2001:db8::1", "ipv6_brackets", "IPv6 needs brackets"),
+        ("evil\x00.com", "invalid_host", "NUL byte"),
+        (" api.example.com", "whitespace", "whitespace"),
+        ("", "empty", "empty"),
     ],
 )
-def test_validate_policy_refuses_unusable_entries(entry: str, rule: str) -> None:
+def test_validate_policy_refuses_unusable_entries(entry: str, rule: str, text: str) -> None:
     # when
     with pytest.raises(PolicyError) as caught:
-        validate_policy(NetworkPolicy(allowed_domains=(entry,)))
+        validate_policy(NetworkPolicy(allowed_domains=("api.ok.test", entry)))
 
-    # then the message names the entry and the rule
-    assert rule in str(caught.value)
+    # then the error names the entry and the rule, in words and as a code
+    assert text in str(caught.value)
     assert repr(entry) in str(caught.value)
+    assert (caught.value.entry, caught.value.rule) == (entry, rule)
+    assert rule in POLICY_RULES
+
+
+@pytest.mark.parametrize(
+    ("entry", "parsed", "shown"),
+    [
+        ("ok.test:8443", AllowlistEntry("ok.test", port=8443), "ok.test:8443"),
+        ("OK.Test.:8443", AllowlistEntry("ok.test", port=8443), "ok.test:8443"),
+        ("*.ok.test:8443", AllowlistEntry("ok.test", wildcard=True, port=8443), "*.ok.test:8443"),
+        ("[2001:db8::1]:8443", AllowlistEntry("[2001:db8::1]", port=8443), "[2001:db8::1]:8443"),
+        ("198.51.100.7:8080", AllowlistEntry("198.51.100.7", port=8080), "198.51.100.7:8080"),
+        ("ok.test", AllowlistEntry("ok.test"), "ok.test"),
+    ],
+)
+def test_entries_with_a_port_are_parsed(entry: str, parsed: AllowlistEntry, shown: str) -> None:
+    # when parsed, then the canonical host, the wildcard flag and the port are kept
+    assert validate_domains([entry]) == [parsed]
+    assert str(parsed) == shown
+
+
+def test_a_host_port_entry_allows_that_port_only_and_a_bare_host_keeps_the_policy_ports() -> None:
+    # given one host listed with a port, one bare, one wildcard with a port
+    policy = NetworkPolicy(
+        allowed_domains=("ok.test:8443", "api.ok.test", "*.wild.test:8080"),
+        allowed_ports=(443, 80),
+    )
+    # when / then the port-scoped entry allows its port and nothing else
+    assert decide("ok.test", 8443, policy).allowed is True
+    for port in (443, 80, 8080):
+        refused = decide("ok.test", port, policy)
+        assert (refused.reason, refused.message) == (
+            "port_not_allowed",
+            f"port {port} is not allowed for ok.test (allowed ports: 8443); "
+            "use ask_user to request it",
+        )
+    # and the bare entry keeps 443 and 80, not the other entry's port
+    assert decide("api.ok.test", 443, policy).allowed is True
+    assert decide("api.ok.test", 80, policy).allowed is True
+    assert decide("api.ok.test", 8443, policy).reason == "port_not_allowed"
+    # and the wildcard's port applies to its strict subdomains only
+    assert decide_authority("a.wild.test:8080", policy).allowed is True
+    assert decide_authority("a.wild.test:443", policy).reason == "port_not_allowed"
+    assert decide_authority("wild.test:8080", policy).reason == "not_allowlisted"
+
+
+def test_a_host_listed_bare_and_with_a_port_gets_both() -> None:
+    policy = NetworkPolicy(allowed_domains=("ok.test", "ok.test:8443"))
+    assert [decide("ok.test", p, policy).allowed for p in (443, 80, 8443, 8080)] == [
+        True,
+        True,
+        True,
+        False,
+    ]
+
+
+def test_validate_domains_refuses_a_string_in_place_of_a_list() -> None:
+    with pytest.raises(PolicyError, match="must be a list") as caught:
+        validate_domains("ok.test")  # type: ignore[arg-type]
+    assert caught.value.rule == "not_text"
 
 
 @pytest.mark.parametrize("port", [0, 65536, -1])

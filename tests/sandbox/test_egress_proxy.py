@@ -269,6 +269,31 @@ def test_policy_ports_replace_the_default_ports(
     assert on_443.headers["x-motor-egress"] == "denied; reason=port_not_allowed"
 
 
+def test_a_host_port_entry_opens_that_port_for_that_host_only(
+    make_proxy: ProxyFactory, upstream: Upstream
+) -> None:
+    # given api.allowed.test allowed on 8443 only, and www.allowed.test bare (443 and 80)
+    harness = make_proxy(allowed=("api.allowed.test:8443", "www.allowed.test"))
+
+    # when each host is asked for on 8443 and 443
+    api_8443 = send_connect(harness.path, "api.allowed.test:8443")
+    api_443 = send_connect(harness.path, "api.allowed.test:443")
+    www_8443 = send_connect(harness.path, "www.allowed.test:8443")
+    www_443 = send_connect(harness.path, "www.allowed.test:443")
+
+    # then only the listed pairs are tunnelled, and they reach the upstream
+    assert api_8443.sock is not None and www_443.sock is not None
+    assert (
+        https_through_tunnel(api_8443.sock, upstream.client_context(), "api.allowed.test")[0] == 200
+    )
+    assert (
+        https_through_tunnel(www_443.sock, upstream.client_context(), "www.allowed.test")[0] == 200
+    )
+    assert (api_443.status, www_8443.status) == (403, 403)
+    assert api_443.headers["x-motor-egress"] == "denied; reason=port_not_allowed"
+    assert www_8443.headers["x-motor-egress"] == "denied; reason=port_not_allowed"
+
+
 # ------------------------------------------------------------------------------ refusals
 
 

@@ -19,7 +19,7 @@ from skills.models import Policy, PolicyAuditEvent, PolicyStatus
 from tests.cognition.conftest import World
 from tests.cognition.worker_support import clean_run_queue  # noqa: F401 - fixture
 from tests.fixtures.llm import ScriptedLLM, reply_text, reply_tools, tool_call
-from tests.runs.helpers import drive
+from tests.runs.helpers import drive, new_workspace
 
 pytestmark = pytest.mark.django_db
 
@@ -228,9 +228,9 @@ def test_a_signal_of_a_run_without_conversation_goes_to_the_agent_s_latest_one(
 ) -> None:
     from runs.services import run_start
 
-    run_id = run_start(agent_id=world.alpha.pk, task="t", tools=[], workspace="", actor="api")[
-        "run_id"
-    ]
+    run_id = run_start(
+        agent_id=world.alpha.pk, task="t", tools=[], workspace=new_workspace(), actor="api"
+    )["run_id"]
     ScriptedLLM()  # no motor LLM: the run fails at once
     drive(run_id, ScriptedLLM().client())
     scripted_llm.add(reply_text("A run you started elsewhere failed."))
@@ -305,7 +305,11 @@ def test_a_run_waiting_for_a_credential_is_not_a_question_for_the_chat(
 
     settings.MOTOR_CREDENTIAL_RESOLVER = "cognition.core.run_credentials_resolve"
     run_id = run_start(
-        agent_id=world.alpha.pk, task="Send mail", credential_names=["MAIL_TOKEN"], actor="t"
+        workspace=new_workspace(),
+        agent_id=world.alpha.pk,
+        task="Send mail",
+        credential_names=["MAIL_TOKEN"],
+        actor="t",
     )["run_id"]
     drive(run_id, ScriptedLLM().client())
     assert MotorRun.objects.get(pk=run_id).missing_credentials == ["mail_token"]
