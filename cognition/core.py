@@ -41,7 +41,7 @@ from django.db import transaction
 from runs import selectors as run_selectors
 from runs.errors import InvalidRunParams, RunNotFound
 from runs.models import (
-    MAX_ITERATIONS_CEILING,
+    DEFAULT_MAX_ITERATIONS,
     MAX_RUN_TIMEOUT_S,
     REVIEW_MAX_ITERATIONS,
     REVIEW_TOOLS,
@@ -348,7 +348,7 @@ def _core_agentic(
         raise InvalidRunParams(
             f"trigger: {trigger!r} is not one of {', '.join(Trigger.values)}", field="trigger"
         )
-    iterations = MAX_ITERATIONS_CEILING if max_iterations is None else max_iterations
+    iterations = DEFAULT_MAX_ITERATIONS if max_iterations is None else max_iterations
     if isinstance(iterations, bool) or not isinstance(iterations, int):
         raise InvalidRunParams("max_iterations: must be an integer", field="max_iterations")
     seconds = MAX_RUN_TIMEOUT_S if timeout_s is None else timeout_s

@@ -25,8 +25,10 @@ def build_system_prompt(
     granted_tools: Sequence[str],
     skill_instructions: str = "",
     recovery_context: dict[str, object] | None = None,
+    progress_summary: str = "",
 ) -> str:
-    """Task, granted tools, skill text, safety rules and (on retries) the recovery context."""
+    """Task, granted tools, skill text, safety rules, (on retries) the recovery context and (in
+    long attempts) the rolling summary of the iterations no longer sent as messages."""
     parts = [
         "You are Motor Cortex, the hands of an agent: you carry out one delegated task "
         "step by step with tools, observe each result and adapt.",
@@ -46,4 +48,8 @@ def build_system_prompt(
             + json.dumps(recovery_context, indent=2, sort_keys=True)
             + "\n</recovery_context>"
         )
+    if progress_summary:
+        # The digest names tools, arguments and outcomes only: no tool output, so nothing from
+        # the web reaches the system prompt.
+        parts.append("<progress_summary>\n" + progress_summary + "\n</progress_summary>")
     return "\n\n".join(parts)

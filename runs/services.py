@@ -31,7 +31,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from runs.compaction import compact_messages
+from runs.compaction import compact_messages, roll_up
 from runs.crashpoints import crash_point
 from runs.credentials import (
     intercept_save_call,
@@ -69,6 +69,7 @@ from runs.ledger import (
 from runs.llm import LLMReply, ModelRole, llm_chat, llm_client
 from runs.models import (
     ACTIVE_STATUSES,
+    DEFAULT_MAX_ITERATIONS,
     MAX_ITERATIONS_CEILING,
     MAX_RUN_TIMEOUT_S,
     RETRY_MAX_ITERATIONS,
@@ -333,7 +334,7 @@ def run_start(
     skill_id: int | None = None,
     skill_version_id: int | None = None,
     skill_instructions: str = "",
-    max_iterations: int = MAX_ITERATIONS_CEILING,
+    max_iterations: int = DEFAULT_MAX_ITERATIONS,
     timeout_s: int = MAX_RUN_TIMEOUT_S,
     approval_required: bool = False,
     trigger: str = Trigger.API,
@@ -738,14 +739,17 @@ def _llm_request(
     run: MotorRun, attempt: Attempt
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The messages and tool schemas of the run's next LLM call."""
+    # The oldest iterations of a long attempt go to the system prompt as a digest, older tool
+    # results are shortened; the attempt keeps every message in full.
+    progress, recent = roll_up(attempt.messages)
     system = build_system_prompt(
         task=run.task,
         granted_tools=run.tools,
         skill_instructions=run.skill_instructions,
         recovery_context=attempt.recovery_context,
+        progress_summary=progress,
     )
-    # The model gets older tool results shortened; the attempt keeps every result in full.
-    messages = [{"role": "system", "content": system}, *compact_messages(attempt.messages)]
+    messages = [{"role": "system", "content": system}, *compact_messages(recent)]
     tools = offered_schemas(run.tools, synthetic=not run.review, save_credential=_save_offered(run))
     return messages, tools
 

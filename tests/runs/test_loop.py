@@ -253,8 +253,8 @@ def test_replay_reproduces_a_recorded_run(agent, make_agent, scripted_llm):
     ("params", "message"),
     [
         ({"task": "  "}, "task: must not be empty"),
-        ({"task": "t", "max_iterations": 21}, "max_iterations: 21 is outside 1..20"),
-        ({"task": "t", "max_iterations": 0}, "max_iterations: 0 is outside 1..20"),
+        ({"task": "t", "max_iterations": 51}, "max_iterations: 51 is outside 1..50"),
+        ({"task": "t", "max_iterations": 0}, "max_iterations: 0 is outside 1..50"),
         ({"task": "t", "timeout_s": 601}, "timeout_s: 601 is outside 1..600 seconds"),
         ({"task": "t", "trigger": "cron"}, "trigger: 'cron' is not one of"),
         ({"task": "t", "credential_names": ["Bad-Name"]}, "credential_names: 'Bad-Name' must"),
