@@ -248,6 +248,9 @@ MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS = env.int("MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS
 MOTOR_SLICE_SECONDS = env.float("MOTOR_SLICE_SECONDS", default=10.0)
 # seconds between checks of a run's fencing token while a sandbox call runs (bounds cancel delay)
 MOTOR_CALL_WATCH_INTERVAL_SECONDS = env.float("MOTOR_CALL_WATCH_INTERVAL_SECONDS", default=1.0)
+# seconds the LLM may take for a failed run's short hint (one call, no retries, after the failure
+# is recorded; never delays it); 0 = no hints
+MOTOR_FAILURE_HINT_SECONDS = env.float("MOTOR_FAILURE_HINT_SECONDS", default=10.0)
 # seconds between reaper passes (lost wake-ups, expired approvals, unanswered questions)
 MOTOR_REAPER_INTERVAL_SECONDS = env.int("MOTOR_REAPER_INTERVAL_SECONDS", default=60)
 

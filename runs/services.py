@@ -51,6 +51,7 @@ from runs.errors import (
     LLMUnavailable,
     MotorBusy,
 )
+from runs.failures import bailout_failure, execute_retrying_transient, failure_hint_enqueue
 from runs.lease import (
     Lease,
     default_owner,
@@ -248,6 +249,7 @@ def _finish_failed(
     )
     agent_id, run_id = run.agent_id, run.id
     transaction.on_commit(lambda: mutex_release(agent_id=agent_id, run_id=run_id))
+    failure_hint_enqueue(run_id=run.id, attempt_index=attempt.index, category=category.value)
 
 
 def _pending_calls(attempt: Attempt) -> list[tuple[int, dict[str, Any]]]:
@@ -1494,7 +1496,13 @@ def _execute_and_record(
     release_db_connection()
     # A cancel (or any newer claim) moves the token; the watch then kills the running call.
     with CallWatch(run_id=lease.run_id, token=lease.token):
-        result = slot.execute(name=name, arguments=arguments, credentials=values)
+        # a transient failure of an idempotent call is retried once before the model sees it
+        result = execute_retrying_transient(
+            lambda: slot.execute(name=name, arguments=arguments, credentials=values),
+            name=name,
+            arguments=arguments,
+            network_enabled=bool(run.allowed_domains),
+        )
     # The sandbox already redacts what it was given; this also covers the file tools.
     result = redact(result, values)
     result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
@@ -1826,14 +1834,15 @@ def _after_result(
     if len(recent) == BAILOUT_STREAK and failing and len(codes) == 1:
         code = next(iter(codes))[1]
         if code:
+            category, message, retryable = bailout_failure(
+                tool=name, error_code=code, streak=BAILOUT_STREAK
+            )
             _finish_failed(
                 run,
                 attempt,
-                category=FailureCategory.TOOL_FAILURE,
-                message=(
-                    f"tool {name!r} failed {BAILOUT_STREAK} times in a row with error_code {code!r}"
-                ),
-                retryable=True,
+                category=category,
+                message=message,
+                retryable=retryable,
                 actor=actor,
             )
             return SliceOutcome.FINISHED

@@ -175,9 +175,11 @@ def test_same_tool_failing_three_times_with_the_same_code_fails_the_run(agent, s
     assert outcomes == [SliceOutcome.FINISHED]
     assert scripted_llm.remaining == 2
     assert run.status == RunStatus.FAILED
-    assert attempt.failure["category"] == "tool_failure"
+    # a refusal streak means the task needs a grant it lacks: not worth retrying as it is
+    assert (attempt.failure["category"], attempt.failure["retryable"]) == ("invalid_task", False)
     assert attempt.failure["message"] == (
-        "tool 'read' failed 3 times in a row with error_code 'denied'"
+        "tool 'read' was refused 3 times in a row (denied): the task needs something this run "
+        "was not granted (a tool, a domain or a path); start a run with the grants it needs"
     )
     steps = list(Step.objects.filter(attempt=attempt).values_list("tool", "state", "result"))
     assert [(tool, state) for tool, state, _ in steps] == [("read", "done")] * 3
