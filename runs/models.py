@@ -497,3 +497,30 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}: {self.from_status or '-'} -> {self.to_status}"
+
+
+class Artifact(models.Model):
+    """A file a run produced, kept outside its workspace (runs.artifacts) for a retention period.
+
+    `path` is the file's place in the workspace (relative, "/"-separated), `name` its base name;
+    the bytes live under MOTOR_ARTIFACTS_DIR/<run id>/artifacts/<path>.
+    """
+
+    run = models.ForeignKey(MotorRun, on_delete=models.CASCADE, related_name="artifacts")
+    name = models.CharField(max_length=255)
+    path = models.CharField(max_length=1000)
+    size = models.BigIntegerField(help_text="Bytes.")
+    sha256 = models.CharField(max_length=64, help_text="Hex digest of the bytes.")
+    mime = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "path"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "path"], name="artifact_unique_path_per_run"),
+            models.CheckConstraint(condition=models.Q(size__gte=0), name="artifact_size_positive"),
+        ]
+        indexes = [models.Index(fields=["created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.path}"

@@ -31,6 +31,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from runs.artifacts import artifacts_gather, artifacts_record
 from runs.compaction import compact_messages, roll_up
 from runs.crashpoints import crash_point
 from runs.credentials import (
@@ -1110,7 +1111,7 @@ def _final_reply(attempt: Attempt) -> str | None:
 
 
 def _finish_completed(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) -> SliceOutcome:
-    """After the final answer: extract skills, list artifacts, then complete and signal.
+    """After the final answer: extract skills, keep artifacts, then complete and signal.
 
     Each stage is recorded before the next starts, so a crash between any two of them resumes
     at the first unfinished one: the extraction result is stored on the run (still running)
@@ -1124,6 +1125,7 @@ def _finish_completed(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: s
             lease_fence(lease, result={"skills": skills})
     else:
         skills = stored
+    files, omitted = artifacts_gather(run)  # copies files: outside the transaction
     with transaction.atomic():
         lease_fence(lease)
         now = timezone.now()
@@ -1134,7 +1136,8 @@ def _finish_completed(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: s
             "summary": _final_reply_text(attempt),
             "stats": _stats(run, attempt),
             "skills": skills,
-            "artifacts": _artifacts(run),
+            "artifacts": artifacts_record(run, files),
+            "artifacts_omitted": omitted,
         }
         previous = run.status
         run.complete(result=result, at=now)
@@ -1162,26 +1165,6 @@ def _finish_completed(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: s
 def _final_reply_text(attempt: Attempt) -> str:
     last = attempt.messages[-1] if attempt.messages else {}
     return str(last.get("content") or "") if last.get("role") == "assistant" else ""
-
-
-#: at most this many artifact paths are listed in a run result
-MAX_LISTED_ARTIFACTS = 200
-
-
-def _artifacts(run: MotorRun) -> list[str]:
-    """Files the run left under <workspace>/artifacts (kept with the workspace), relative."""
-    if not run.workspace:
-        return []
-    root = Path(run.workspace) / "artifacts"
-    if root.is_symlink() or not root.is_dir():
-        return []
-    found: list[str] = []
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.is_symlink():
-            found.append(path.relative_to(Path(run.workspace)).as_posix())
-            if len(found) >= MAX_LISTED_ARTIFACTS:
-                break
-    return found
 
 
 def _extract_skills(run: MotorRun) -> dict[str, Any]:

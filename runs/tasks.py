@@ -59,3 +59,11 @@ def run_failure_hint_task(run_id: str, attempt_index: int) -> str:
     from runs.failures import run_failure_hint
 
     return run_failure_hint(run_id=run_id, attempt_index=attempt_index)
+
+
+@shared_task(name="runs.artifacts_purge", ignore_result=True)
+def artifacts_purge_task() -> int:
+    """Periodic (celery-beat): delete run artifacts older than their retention period."""
+    from runs.artifacts import artifacts_purge
+
+    return artifacts_purge()
