@@ -393,7 +393,9 @@ def _core_agentic(
             raise SkillNotFound(
                 f"No skill named {str(skill)[:80]!r}.", details={"name": str(skill)[:80]}
             )
-        loaded = skill_load_for_execution(name=skill, agent=agent, actor=skill_actor(principal))
+        loaded = skill_load_for_execution(
+            name=skill, agent=agent, actor=skill_actor(principal), allow_disabled=skill_review
+        )
         policy = loaded.policy
         if skill_review:
             granted, allowed_domains = list(REVIEW_TOOLS), []

@@ -26,6 +26,7 @@ from django.utils.http import content_disposition_header
 from django.utils.safestring import SafeString
 
 from skills import selectors, services
+from skills.admin_disabling import disable_for_agent, enable_for_agent, enabled_column
 from skills.errors import CredentialsUnreadable, SkillError
 from skills.models import (
     Policy,
@@ -579,6 +580,7 @@ class PolicyAdmin(admin.ModelAdmin):
         "skill_name",
         "agent",
         "status_badge",
+        enabled_column,
         "domains",
         "credentials",
         "approval",
@@ -588,7 +590,7 @@ class PolicyAdmin(admin.ModelAdmin):
     list_filter = ("status", "agent", "skill")
     search_fields = ("skill__name", "agent__name")
     list_select_related = ("skill", "agent", "approved_by")
-    actions = ("run_review",)
+    actions = ("run_review", disable_for_agent, enable_for_agent)
     # The change page is replaced by the review page; these guard any other form path.
     readonly_fields = (
         "skill",
