@@ -95,7 +95,7 @@ from runs.models import (
 )
 from runs.mutex import mutex_hold, mutex_release, mutex_reserve
 from runs.outbox import signal_emit
-from runs.prompts import build_system_prompt
+from runs.prompts import WRITING_TOOLS, build_system_prompt
 from runs.sessions import CallWatch, open_run_sessions, run_session_close
 from runs.tasks import run_step_task
 from runs.tools import (
@@ -751,6 +751,7 @@ def _llm_request(
         skill_instructions=run.skill_instructions,
         recovery_context=attempt.recovery_context,
         progress_summary=progress,
+        may_write_skill=_save_offered(run) and not WRITING_TOOLS.isdisjoint(run.tools),
     )
     messages = [{"role": "system", "content": system}, *compact_messages(recent)]
     tools = offered_schemas(run.tools, synthetic=not run.review, save_credential=_save_offered(run))
