@@ -39,6 +39,8 @@ logger = logging.getLogger(__name__)
 
 #: directory names never searched for artifacts (tool caches, version control)
 SKIPPED_DIRS = frozenset({"__pycache__", "node_modules"})
+#: longest workspace path kept as an artifact (the Artifact.path column)
+MAX_PATH_CHARS = 1000
 #: most omitted files named in a run's result
 MAX_LISTED_OMISSIONS = 50
 _CHUNK = 1024 * 1024
@@ -64,6 +66,15 @@ class ArtifactFile:
 def run_artifacts_dir(run_id: str) -> Path:
     """Where the artifacts of run `run_id` are kept."""
     return Path(settings.MOTOR_ARTIFACTS_DIR) / run_id / "artifacts"
+
+
+def _storable(relative: str) -> bool:
+    """Whether a workspace path fits the Artifact row (UTF-8 text, bounded lengths)."""
+    try:
+        relative.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes in a file name (surrogate escapes)
+        return False
+    return len(relative) <= MAX_PATH_CHARS and len(PurePosixPath(relative).name) <= 255
 
 
 def _candidates(workspace: Path, since_ns: int) -> list[tuple[str, int]]:
@@ -133,7 +144,9 @@ def artifacts_gather(run: MotorRun) -> tuple[list[ArtifactFile], list[dict[str, 
     max_file = int(settings.MOTOR_ARTIFACTS_MAX_FILE_BYTES)
     max_total = int(settings.MOTOR_ARTIFACTS_MAX_TOTAL_BYTES)
     for relative, size in _candidates(workspace, since_ns):
-        if len(kept) >= max_files:
+        if not _storable(relative):
+            reason = f"its path is not UTF-8 text of at most {MAX_PATH_CHARS} characters"
+        elif len(kept) >= max_files:
             reason = f"more than {max_files} files (MOTOR_ARTIFACTS_MAX_FILES)"
         elif size > max_file:
             reason = f"{size} bytes, over {max_file} (MOTOR_ARTIFACTS_MAX_FILE_BYTES)"
@@ -151,7 +164,9 @@ def artifacts_gather(run: MotorRun) -> tuple[list[ArtifactFile], list[dict[str, 
                 kept.append(ArtifactFile(name, relative, size, sha256, mime))
                 continue
         if len(omitted) < MAX_LISTED_OMISSIONS:
-            omitted.append({"path": relative, "reason": reason})
+            # undecodable bytes of a file name are shown as U+FFFD: the result is JSON text
+            shown = os.fsencode(relative).decode("utf-8", "replace")
+            omitted.append({"path": shown, "reason": reason})
     return kept, omitted
 
 

@@ -169,3 +169,32 @@ def test_staff_download_artifacts_in_the_admin_others_cannot(completed_run):
     os.unlink(run_artifacts_dir(run.id) / "report.csv")
     client.force_login(staff)
     assert client.get(url).status_code == 404
+
+
+def test_a_file_name_that_is_not_utf8_or_too_long_is_omitted_and_the_run_still_completes(
+    agent, scripted_llm, tmp_path, store
+):
+    # given a run whose workspace gains a file with undecodable bytes in its name and one with
+    # a path longer than the store keeps, and a normal one
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    run_id = run_start(agent_id=agent.pk, task="t", workspace=str(workspace), actor="t")["run_id"]
+    with open(os.path.join(os.fsencode(workspace), b"bad-\xff.txt"), "wb") as handle:
+        handle.write(b"x")
+    deep = workspace / "/".join(["d" * 200] * 5)
+    deep.mkdir(parents=True)
+    (deep / "long.txt").write_text("y")
+    (workspace / "ok.txt").write_text("z")
+    scripted_llm.add(reply_text("Done."))
+    # when it completes
+    drive(run_id, scripted_llm.client())
+    run = MotorRun.objects.get(pk=run_id)
+    # then the normal file is an artifact and the other two are named as omitted, with the rule
+    assert run.status == RunStatus.COMPLETED
+    assert [item["path"] for item in run.result["artifacts"]] == ["ok.txt"]
+    reasons = {item["reason"] for item in run.result["artifacts_omitted"]}
+    assert reasons == {"its path is not UTF-8 text of at most 1000 characters"}
+    assert sorted(item["path"][:8] for item in run.result["artifacts_omitted"]) == [
+        "bad-\ufffd.txt"[:8],
+        "d" * 8,
+    ]
