@@ -171,6 +171,7 @@ def run_failure_hint(
     if not hint_wanted(str(found.failure.get("category"))):
         return ""
     budget = float(settings.MOTOR_FAILURE_HINT_SECONDS)
+    own = client is None
     base = client or llm_client()
     try:
         reply = llm_chat(
@@ -182,6 +183,9 @@ def run_failure_hint(
     except LLMUnavailable as exc:
         logger.info("run %s: no failure hint (%s)", run_id, exc.message)
         return ""
+    finally:
+        if own:
+            base.close()
     hint = " ".join(reply.content.split())[:HINT_MAX_CHARS]
     if not hint:
         return ""
