@@ -42,7 +42,7 @@ from runs import selectors as run_selectors
 from runs.domains import check_allowed_domains
 from runs.errors import InvalidRunParams, RunNotFound
 from runs.models import (
-    MAX_ITERATIONS_CEILING,
+    DEFAULT_MAX_ITERATIONS,
     MAX_RUN_TIMEOUT_S,
     REVIEW_MAX_ITERATIONS,
     REVIEW_TOOLS,
@@ -349,7 +349,7 @@ def _core_agentic(
         raise InvalidRunParams(
             f"trigger: {trigger!r} is not one of {', '.join(Trigger.values)}", field="trigger"
         )
-    iterations = MAX_ITERATIONS_CEILING if max_iterations is None else max_iterations
+    iterations = DEFAULT_MAX_ITERATIONS if max_iterations is None else max_iterations
     if isinstance(iterations, bool) or not isinstance(iterations, int):
         raise InvalidRunParams("max_iterations: must be an integer", field="max_iterations")
     seconds = MAX_RUN_TIMEOUT_S if timeout_s is None else timeout_s
@@ -396,7 +396,9 @@ def _core_agentic(
             raise SkillNotFound(
                 f"No skill named {str(skill)[:80]!r}.", details={"name": str(skill)[:80]}
             )
-        loaded = skill_load_for_execution(name=skill, agent=agent, actor=skill_actor(principal))
+        loaded = skill_load_for_execution(
+            name=skill, agent=agent, actor=skill_actor(principal), allow_disabled=skill_review
+        )
         policy = loaded.policy
         if skill_review:
             granted, allowed_domains = list(REVIEW_TOOLS), []

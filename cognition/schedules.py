@@ -53,7 +53,7 @@ from runs.outbox import signal_emit
 from runs.tools import expand_granted
 from sandbox import egress
 from skills import bundle as bundle_lib
-from skills.errors import SkillHashMismatch, SkillNotFound
+from skills.errors import SkillDisabled, SkillHashMismatch, SkillNotFound
 from skills.models import Policy, PolicyStatus, Skill
 from skills.services import skill_load_for_execution
 
@@ -619,6 +619,8 @@ def _check_fire(schedule: Schedule) -> None:
         raise _Skip(ScheduleSkipReason.HASH_CHANGED, _message(exc)) from None
     except SkillNotFound as exc:
         raise _Skip(ScheduleSkipReason.SKILL_NOT_FOUND, _message(exc)) from None
+    except SkillDisabled as exc:
+        raise _Skip(ScheduleSkipReason.NOT_APPROVED, _message(exc)) from None
     if not loaded.approved:
         raise _Skip(
             ScheduleSkipReason.NOT_APPROVED,

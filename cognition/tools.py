@@ -15,7 +15,12 @@ import copy
 from typing import Any
 
 from runs.errors import RunError
-from runs.models import MAX_ITERATIONS_CEILING, MAX_RUN_TIMEOUT_S, RunStatus
+from runs.models import (
+    DEFAULT_MAX_ITERATIONS,
+    MAX_ITERATIONS_CEILING,
+    MAX_RUN_TIMEOUT_S,
+    RunStatus,
+)
 from skills.errors import SkillError
 from skills.models import PolicyStatus
 
@@ -96,7 +101,7 @@ _SCHEMAS: list[dict[str, Any]] = [
                 "type": "integer",
                 "minimum": 1,
                 "maximum": MAX_ITERATIONS_CEILING,
-                "description": f"Agentic only: iteration cap (default {MAX_ITERATIONS_CEILING}).",
+                "description": f"Agentic only: iteration cap (default {DEFAULT_MAX_ITERATIONS}).",
             },
             "timeout_s": {
                 "type": "number",

@@ -211,6 +211,19 @@ MOTOR_WORKSPACES_DIR = Path(
     env.str("MOTOR_WORKSPACES_DIR", default=str(MOTOR_DATA_DIR / "workspaces"))
 ).resolve()
 
+# run artifacts: files a run wrote or changed in its workspace, copied here when it completes
+MOTOR_ARTIFACTS_DIR = Path(
+    env.str("MOTOR_ARTIFACTS_DIR", default="") or str(MOTOR_DATA_DIR / "motor-runs")
+).resolve()
+# most files kept per run, largest file and most bytes per run (the rest is listed as omitted)
+MOTOR_ARTIFACTS_MAX_FILES = env.int("MOTOR_ARTIFACTS_MAX_FILES", default=50)
+MOTOR_ARTIFACTS_MAX_FILE_BYTES = env.int("MOTOR_ARTIFACTS_MAX_FILE_BYTES", default=25 * 1024 * 1024)
+MOTOR_ARTIFACTS_MAX_TOTAL_BYTES = env.int(
+    "MOTOR_ARTIFACTS_MAX_TOTAL_BYTES", default=100 * 1024 * 1024
+)
+# seconds artifacts are kept before the purge (celery-beat, every MOTOR_PURGE_INTERVAL_SECONDS)
+MOTOR_ARTIFACTS_RETENTION_SECONDS = env.int("MOTOR_ARTIFACTS_RETENTION_SECONDS", default=30 * 86400)
+
 # --- LLM -----------------------------------------------------------------------------------------
 LLM_BASE_URL = env.str("LLM_BASE_URL", default="")
 LLM_API_KEY = env.str("LLM_API_KEY", default="")
@@ -260,6 +273,9 @@ MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS = env.int("MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS
 MOTOR_SLICE_SECONDS = env.float("MOTOR_SLICE_SECONDS", default=10.0)
 # seconds between checks of a run's fencing token while a sandbox call runs (bounds cancel delay)
 MOTOR_CALL_WATCH_INTERVAL_SECONDS = env.float("MOTOR_CALL_WATCH_INTERVAL_SECONDS", default=1.0)
+# seconds the LLM may take for a failed run's short hint (one call, no retries, after the failure
+# is recorded; never delays it); 0 = no hints
+MOTOR_FAILURE_HINT_SECONDS = env.float("MOTOR_FAILURE_HINT_SECONDS", default=10.0)
 # seconds between reaper passes (lost wake-ups, expired approvals, unanswered questions)
 MOTOR_REAPER_INTERVAL_SECONDS = env.int("MOTOR_REAPER_INTERVAL_SECONDS", default=60)
 
@@ -306,6 +322,7 @@ for _name in (
     "MOTOR_SIGNAL_DELIVERY_RETENTION_SECONDS",
     "MOTOR_IDEMPOTENCY_TTL_SECONDS",
     "MOTOR_PURGE_INTERVAL_SECONDS",
+    "MOTOR_ARTIFACTS_RETENTION_SECONDS",
 ):
     if globals()[_name] < 1:
         raise ImproperlyConfigured(f"{_name} must be at least 1 second.")
@@ -336,6 +353,10 @@ CELERY_BEAT_SCHEDULE = {
     },
     "records-purge": {
         "task": "cognition.records_purge",
+        "schedule": float(MOTOR_PURGE_INTERVAL_SECONDS),
+    },
+    "artifacts-purge": {
+        "task": "runs.artifacts_purge",
         "schedule": float(MOTOR_PURGE_INTERVAL_SECONDS),
     },
 }

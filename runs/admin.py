@@ -535,3 +535,7 @@ class RunEventAdmin(ReadOnlyAdmin):
     list_display = ("run", "from_status", "to_status", "actor", "created_at")
     search_fields = ("run__id", "actor")
     show_full_result_count = False
+
+
+# Registers the artifacts admin (its own module: a list and a download view).
+from runs import admin_artifacts  # noqa: E402, F401

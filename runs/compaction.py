@@ -11,11 +11,14 @@ output text, prefixed with ``ERROR (<error_code>): `` when the call failed, and 
 (``{"ok": …, "output": …, "error_code": …}``) is understood as well. A compacted web result stays
 wrapped, so text from the web is never presented to the model as trusted.
 
-The rolling "summary every 10 iterations" of the seed is deliberately not done here: a summary
-that replaces old turns is a model-written text (another LLM call, not a pure function), while a
-mechanical digest could only repeat the tool names and outcomes that the compacted pairs already
-show, at the price of dropping the model's own earlier reasoning. With attempts capped at 20
-iterations, shortening old results already bounds the prompt.
+`roll_up` is the seed's rolling summary: once an attempt has ROLLING_SUMMARY_EVERY iterations
+beyond a full window, the oldest whole blocks of ROLLING_SUMMARY_EVERY iterations leave the
+conversation sent to the model and are replaced by a digest in the system prompt (runs.prompts):
+per iteration the model's own words (shortened), each call's tool, arguments (shortened) and
+outcome, and the user's answers to ask_user. Tool outputs are not repeated there: what came from
+the web never reaches the system prompt. The digest changes only every ROLLING_SUMMARY_EVERY
+iterations, so the prompt prefix stays stable between two roll-ups. Together with the shortened
+results this keeps an attempt of up to MAX_ITERATIONS_CEILING (50) iterations within bounds.
 """
 
 from __future__ import annotations
@@ -25,6 +28,12 @@ from collections.abc import Collection
 from typing import Any
 
 from runs.tools import ASK_USER
+
+#: iterations per block of the rolling summary (seed 001 Phase 2: "every 10 iterations")
+ROLLING_SUMMARY_EVERY = 10
+#: characters of the model's text, and of a call's arguments, kept per iteration in the digest
+_DIGEST_TEXT_CHARS = 300
+_DIGEST_ARGUMENTS_CHARS = 160
 
 #: first line of a compacted result; content that starts with it is never compacted again
 COMPACTED_MARKER = "[compacted tool result"
@@ -133,3 +142,75 @@ def _tool_names(messages: list[dict[str, Any]]) -> dict[str, str]:
             function = call.get("function") or {}
             names[str(call.get("id"))] = str(function.get("name") or "")
     return names
+
+
+def roll_up(
+    messages: list[dict[str, Any]],
+    *,
+    every: int = ROLLING_SUMMARY_EVERY,
+    preserve_tools: Collection[str] = (ASK_USER,),
+) -> tuple[str, list[dict[str, Any]]]:
+    """(digest, messages to send) with the oldest whole blocks of `every` iterations rolled up.
+
+    An iteration is an assistant message and the tool results that follow it. Blocks are rolled
+    up only while at least `every` iterations stay in full after them, so the latest iterations
+    (and any call still waiting for its result) are always sent as they are. Messages before the
+    first assistant message (the task) stay first. The digest is "" when nothing is rolled up;
+    the messages are then returned unchanged. Pure and deterministic; tool call / result pairs
+    are never split: an iteration leaves the conversation whole or not at all.
+    """
+    if every < 1:
+        raise ValueError(f"every: {every} must be at least 1")
+    starts = [i for i, message in enumerate(messages) if message.get("role") == "assistant"]
+    blocks = max(0, (len(starts) - every) // every)
+    if blocks == 0:
+        return "", messages
+    rolled = blocks * every
+    head, cut = messages[: starts[0]], starts[rolled]
+    lines: list[str] = []
+    for number in range(rolled):
+        end = starts[number + 1]
+        lines.extend(_digest_iteration(number + 1, messages[starts[number] : end], preserve_tools))
+    digest = f"Iterations 1-{rolled} of this attempt, in brief (their messages are not shown):\n"
+    return digest + "\n".join(lines), [*head, *messages[cut:]]
+
+
+def _digest_iteration(
+    number: int,
+    block: list[dict[str, Any]],
+    preserve_tools: Collection[str],
+) -> list[str]:
+    assistant, results = block[0], block[1:]
+    text = " ".join(str(assistant.get("content") or "").split())
+    lines = [f"{number}. {_shorten(text, _DIGEST_TEXT_CHARS)}" if text else f"{number}."]
+    outcomes = {
+        str(message.get("tool_call_id")): str(message.get("content") or "")
+        for message in results
+        if message.get("role") == "tool"
+    }
+    for call in assistant.get("tool_calls") or ():
+        function = call.get("function") or {}
+        name = str(function.get("name") or "")
+        arguments = " ".join(str(function.get("arguments") or "").split())
+        content = outcomes.get(str(call.get("id")))
+        if content is None:
+            outcome = "no result"
+        elif name in preserve_tools:
+            outcome = "answer: " + _shorten(content, _DIGEST_TEXT_CHARS)
+        else:
+            status, _ = _status_and_text(_unwrapped(content))
+            outcome = status
+        lines.append(f"   - {name}({_shorten(arguments, _DIGEST_ARGUMENTS_CHARS)}) -> {outcome}")
+    return lines
+
+
+def _unwrapped(content: str) -> str:
+    if content.startswith(_WEB_OPEN):
+        content = content[len(_WEB_OPEN) :]
+        if content.endswith(_WEB_CLOSE):
+            content = content[: -len(_WEB_CLOSE)]
+    return content
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -131,8 +131,11 @@ def llm_chat(
     tools: Sequence[dict[str, Any]] = (),
     role: ModelRole = ModelRole.MOTOR,
     on_sent: Callable[[], None] | None = None,
+    max_tokens: int | None = None,
 ) -> LLMReply:
     """One chat completion. Raises LLMUnavailable once the client's retries are spent.
+
+    `max_tokens` caps the answer's length (the model's default when None).
 
     `on_sent` is called once, in this thread: as soon as the request has been written to the
     server when the client comes from `llm_client` (its first try), otherwise — or when the
@@ -143,6 +146,8 @@ def llm_chat(
     kwargs: dict[str, Any] = {"model": model, "messages": list(messages)}
     if tools:
         kwargs["tools"] = list(tools)
+    if max_tokens is not None:
+        kwargs["max_tokens"] = max_tokens
     if on_sent is None:
         return _chat(client, kwargs, model)
     fired = False

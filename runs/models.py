@@ -13,8 +13,11 @@ from django.db import models
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
-#: hard ceiling on iterations of one attempt (seed 001, Phase 1: no history compaction above it)
-MAX_ITERATIONS_CEILING = 20
+#: iterations of an attempt unless the caller asks for another cap (seed 001 core.act default)
+DEFAULT_MAX_ITERATIONS = 20
+#: hard ceiling on iterations of one attempt (seed 001 Phase 2: history compaction and the rolling
+#: summary every ROLLING_SUMMARY_EVERY iterations, runs.compaction, keep the prompt bounded)
+MAX_ITERATIONS_CEILING = 50
 #: iterations granted to a retry attempt (seed 001 attempt model)
 RETRY_MAX_ITERATIONS = 15
 #: an agentic run never runs longer than this, in seconds (seed 001 core.act)
@@ -153,7 +156,7 @@ class MotorRun(FSMModelMixin, models.Model):
         help_text="A skill review run: read-only tools, no network, no host-side tools.",
     )
     timeout_s = models.PositiveIntegerField(default=MAX_RUN_TIMEOUT_S)
-    max_iterations = models.PositiveSmallIntegerField(default=MAX_ITERATIONS_CEILING)
+    max_iterations = models.PositiveSmallIntegerField(default=DEFAULT_MAX_ITERATIONS)
     max_attempts = models.PositiveSmallIntegerField(default=3)
     current_attempt_index = models.PositiveSmallIntegerField(default=0)
     result = models.JSONField(null=True, blank=True)
@@ -190,7 +193,7 @@ class MotorRun(FSMModelMixin, models.Model):
             models.CheckConstraint(
                 condition=models.Q(max_iterations__gte=1)
                 & models.Q(max_iterations__lte=MAX_ITERATIONS_CEILING),
-                name="motorrun_max_iterations_1_to_20",
+                name="motorrun_max_iterations_1_to_50",
             ),
             models.CheckConstraint(
                 condition=models.Q(timeout_s__gte=1) & models.Q(timeout_s__lte=MAX_RUN_TIMEOUT_S),
@@ -286,7 +289,7 @@ class Attempt(FSMModelMixin, models.Model):
     iteration = models.PositiveSmallIntegerField(
         default=0, help_text="Step cursor: LLM calls recorded so far in this attempt."
     )
-    max_iterations = models.PositiveSmallIntegerField(default=MAX_ITERATIONS_CEILING)
+    max_iterations = models.PositiveSmallIntegerField(default=DEFAULT_MAX_ITERATIONS)
     recovery_context = models.JSONField(null=True, blank=True)
     failure = models.JSONField(null=True, blank=True)
     pending_question = models.TextField(blank=True, default="")
@@ -301,7 +304,7 @@ class Attempt(FSMModelMixin, models.Model):
             models.CheckConstraint(
                 condition=models.Q(max_iterations__gte=1)
                 & models.Q(max_iterations__lte=MAX_ITERATIONS_CEILING),
-                name="attempt_max_iterations_1_to_20",
+                name="attempt_max_iterations_1_to_50",
             ),
             models.CheckConstraint(
                 condition=models.Q(status__in=AttemptStatus.values), name="attempt_status_valid"
@@ -494,3 +497,30 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}: {self.from_status or '-'} -> {self.to_status}"
+
+
+class Artifact(models.Model):
+    """A file a run produced, kept outside its workspace (runs.artifacts) for a retention period.
+
+    `path` is the file's place in the workspace (relative, "/"-separated), `name` its base name;
+    the bytes live under MOTOR_ARTIFACTS_DIR/<run id>/artifacts/<path>.
+    """
+
+    run = models.ForeignKey(MotorRun, on_delete=models.CASCADE, related_name="artifacts")
+    name = models.CharField(max_length=255)
+    path = models.CharField(max_length=1000)
+    size = models.BigIntegerField(help_text="Bytes.")
+    sha256 = models.CharField(max_length=64, help_text="Hex digest of the bytes.")
+    mime = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "path"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "path"], name="artifact_unique_path_per_run"),
+            models.CheckConstraint(condition=models.Q(size__gte=0), name="artifact_size_positive"),
+        ]
+        indexes = [models.Index(fields=["created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.path}"

@@ -31,7 +31,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from runs.compaction import compact_messages
+from runs.artifacts import artifacts_gather, artifacts_record
+from runs.compaction import compact_messages, roll_up
 from runs.crashpoints import crash_point
 from runs.credentials import (
     intercept_save_call,
@@ -52,6 +53,7 @@ from runs.errors import (
     LLMUnavailable,
     MotorBusy,
 )
+from runs.failures import bailout_failure, execute_retrying_transient, failure_hint_enqueue
 from runs.lease import (
     Lease,
     default_owner,
@@ -70,6 +72,7 @@ from runs.ledger import (
 from runs.llm import LLMReply, ModelRole, llm_chat, llm_client
 from runs.models import (
     ACTIVE_STATUSES,
+    DEFAULT_MAX_ITERATIONS,
     MAX_ITERATIONS_CEILING,
     MAX_RUN_TIMEOUT_S,
     RETRY_MAX_ITERATIONS,
@@ -93,7 +96,7 @@ from runs.models import (
 )
 from runs.mutex import mutex_hold, mutex_release, mutex_reserve
 from runs.outbox import signal_emit
-from runs.prompts import build_system_prompt
+from runs.prompts import WRITING_TOOLS, build_system_prompt
 from runs.sessions import CallWatch, open_run_sessions, run_session_close
 from runs.tasks import run_step_task
 from runs.tools import (
@@ -250,6 +253,7 @@ def _finish_failed(
     )
     agent_id, run_id = run.agent_id, run.id
     transaction.on_commit(lambda: mutex_release(agent_id=agent_id, run_id=run_id))
+    failure_hint_enqueue(run_id=run.id, attempt_index=attempt.index, category=category.value)
 
 
 def _pending_calls(attempt: Attempt) -> list[tuple[int, dict[str, Any]]]:
@@ -332,7 +336,7 @@ def run_start(
     skill_id: int | None = None,
     skill_version_id: int | None = None,
     skill_instructions: str = "",
-    max_iterations: int = MAX_ITERATIONS_CEILING,
+    max_iterations: int = DEFAULT_MAX_ITERATIONS,
     timeout_s: int = MAX_RUN_TIMEOUT_S,
     approval_required: bool = False,
     trigger: str = Trigger.API,
@@ -741,14 +745,18 @@ def _llm_request(
     run: MotorRun, attempt: Attempt
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The messages and tool schemas of the run's next LLM call."""
+    # The oldest iterations of a long attempt go to the system prompt as a digest, older tool
+    # results are shortened; the attempt keeps every message in full.
+    progress, recent = roll_up(attempt.messages)
     system = build_system_prompt(
         task=run.task,
         granted_tools=run.tools,
         skill_instructions=run.skill_instructions,
         recovery_context=attempt.recovery_context,
+        progress_summary=progress,
+        may_write_skill=_save_offered(run) and not WRITING_TOOLS.isdisjoint(run.tools),
     )
-    # The model gets older tool results shortened; the attempt keeps every result in full.
-    messages = [{"role": "system", "content": system}, *compact_messages(attempt.messages)]
+    messages = [{"role": "system", "content": system}, *compact_messages(recent)]
     tools = offered_schemas(run.tools, synthetic=not run.review, save_credential=_save_offered(run))
     return messages, tools
 
@@ -1107,7 +1115,7 @@ def _final_reply(attempt: Attempt) -> str | None:
 
 
 def _finish_completed(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) -> SliceOutcome:
-    """After the final answer: extract skills, list artifacts, then complete and signal.
+    """After the final answer: extract skills, keep artifacts, then complete and signal.
 
     Each stage is recorded before the next starts, so a crash between any two of them resumes
     at the first unfinished one: the extraction result is stored on the run (still running)
@@ -1121,6 +1129,7 @@ def _finish_completed(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: s
             lease_fence(lease, result={"skills": skills})
     else:
         skills = stored
+    files, omitted = artifacts_gather(run)  # copies files: outside the transaction
     with transaction.atomic():
         lease_fence(lease)
         now = timezone.now()
@@ -1131,7 +1140,8 @@ def _finish_completed(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: s
             "summary": _final_reply_text(attempt),
             "stats": _stats(run, attempt),
             "skills": skills,
-            "artifacts": _artifacts(run),
+            "artifacts": artifacts_record(run, files),
+            "artifacts_omitted": omitted,
         }
         previous = run.status
         run.complete(result=result, at=now)
@@ -1159,26 +1169,6 @@ def _finish_completed(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: s
 def _final_reply_text(attempt: Attempt) -> str:
     last = attempt.messages[-1] if attempt.messages else {}
     return str(last.get("content") or "") if last.get("role") == "assistant" else ""
-
-
-#: at most this many artifact paths are listed in a run result
-MAX_LISTED_ARTIFACTS = 200
-
-
-def _artifacts(run: MotorRun) -> list[str]:
-    """Files the run left under <workspace>/artifacts (kept with the workspace), relative."""
-    if not run.workspace:
-        return []
-    root = Path(run.workspace) / "artifacts"
-    if root.is_symlink() or not root.is_dir():
-        return []
-    found: list[str] = []
-    for path in sorted(root.rglob("*")):
-        if path.is_file() and not path.is_symlink():
-            found.append(path.relative_to(Path(run.workspace)).as_posix())
-            if len(found) >= MAX_LISTED_ARTIFACTS:
-                break
-    return found
 
 
 def _extract_skills(run: MotorRun) -> dict[str, Any]:
@@ -1493,7 +1483,13 @@ def _execute_and_record(
     release_db_connection()
     # A cancel (or any newer claim) moves the token; the watch then kills the running call.
     with CallWatch(run_id=lease.run_id, token=lease.token):
-        result = slot.execute(name=name, arguments=arguments, credentials=values)
+        # a transient failure of an idempotent call is retried once before the model sees it
+        result = execute_retrying_transient(
+            lambda: slot.execute(name=name, arguments=arguments, credentials=values),
+            name=name,
+            arguments=arguments,
+            network_enabled=bool(run.allowed_domains),
+        )
     # The sandbox already redacts what it was given; this also covers the file tools.
     result = redact(result, values)
     result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
@@ -1825,14 +1821,15 @@ def _after_result(
     if len(recent) == BAILOUT_STREAK and failing and len(codes) == 1:
         code = next(iter(codes))[1]
         if code:
+            category, message, retryable = bailout_failure(
+                tool=name, error_code=code, streak=BAILOUT_STREAK
+            )
             _finish_failed(
                 run,
                 attempt,
-                category=FailureCategory.TOOL_FAILURE,
-                message=(
-                    f"tool {name!r} failed {BAILOUT_STREAK} times in a row with error_code {code!r}"
-                ),
-                retryable=True,
+                category=category,
+                message=message,
+                retryable=retryable,
                 actor=actor,
             )
             return SliceOutcome.FINISHED

@@ -51,3 +51,19 @@ def run_reemit_pending_questions_task(asked_before: str | None = None) -> int:
 
     cutoff = datetime.fromisoformat(asked_before) if asked_before else None
     return len(run_reemit_pending_questions(asked_before=cutoff))
+
+
+@shared_task(name="runs.run_failure_hint", ignore_result=True)
+def run_failure_hint_task(run_id: str, attempt_index: int) -> str:
+    """After a failure: add the LLM's short hint to the attempt's failure summary (best effort)."""
+    from runs.failures import run_failure_hint
+
+    return run_failure_hint(run_id=run_id, attempt_index=attempt_index)
+
+
+@shared_task(name="runs.artifacts_purge", ignore_result=True)
+def artifacts_purge_task() -> int:
+    """Periodic (celery-beat): delete run artifacts older than their retention period."""
+    from runs.artifacts import artifacts_purge
+
+    return artifacts_purge()

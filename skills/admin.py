@@ -28,6 +28,7 @@ from django.utils.safestring import SafeString
 from sandbox import egress
 from sandbox.types import NetworkPolicy
 from skills import imports, selectors, services
+from skills.admin_disabling import disable_for_agent, enable_for_agent, enabled_column
 from skills.errors import CredentialsUnreadable, SkillError
 from skills.models import (
     Policy,
@@ -630,6 +631,7 @@ class PolicyAdmin(admin.ModelAdmin):
         "skill_name",
         "agent",
         "status_badge",
+        enabled_column,
         "domains",
         "credentials",
         "approval",
@@ -639,7 +641,7 @@ class PolicyAdmin(admin.ModelAdmin):
     list_filter = ("status", "agent", "skill")
     search_fields = ("skill__name", "agent__name")
     list_select_related = ("skill", "agent", "approved_by")
-    actions = ("run_review",)
+    actions = ("run_review", disable_for_agent, enable_for_agent)
     # The change page is replaced by the review page; these guard any other form path.
     readonly_fields = (
         "skill",

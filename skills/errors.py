@@ -133,6 +133,13 @@ class StaleReview(PolicyTransitionNotAllowed):
     code = "policy_review_stale"
 
 
+class SkillDisabled(SkillError):
+    """Staff disabled the skill for this agent: no run of it starts until it is enabled."""
+
+    code = "skill_disabled"
+    http_status = 409
+
+
 class ApprovalPermissionDenied(SkillError):
     """The actor is not a staff user holding `skills.approve_policy`."""
 

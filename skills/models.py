@@ -193,6 +193,18 @@ class Policy(FSMModelMixin, models.Model):
     reviewed_hash = models.CharField(max_length=CONTENT_HASH_MAX_LENGTH, blank=True, default="")
     rejection_note = models.TextField(blank=True, default="")
 
+    # Disabled by staff: the skill stays installed and the policy keeps its status and approval,
+    # but no run of it starts for this agent until it is enabled again (skills.disabling).
+    disabled_at = models.DateTimeField(null=True, blank=True)
+    disabled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    disabled_reason = models.TextField(blank=True, default="")
+
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

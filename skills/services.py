@@ -906,8 +906,13 @@ def _merge_credentials_unchanged(
 # --- loading for execution -------------------------------------------------------------------
 
 
-def skill_load_for_execution(*, name: str, agent: Model, actor: Actor | None = None) -> LoadedSkill:
+def skill_load_for_execution(
+    *, name: str, agent: Model, actor: Actor | None = None, allow_disabled: bool = False
+) -> LoadedSkill:
     """The current version of skill `name` for `agent`, after recomputing its hash.
+
+    - A skill that staff disabled for `agent` raises SkillDisabled (naming both), unless
+      `allow_disabled` (a review run only reads it).
 
     - The hash is recomputed from the stored bytes. If it differs from the version's recorded
       hash, or (for an approved policy) from `approved_content_hash`, an approved policy moves to
@@ -967,6 +972,10 @@ def skill_load_for_execution(*, name: str, agent: Model, actor: Actor | None = N
                     content_hash=computed,
                     version_number=version.number,
                 )
+    if policy.disabled_at is not None and not allow_disabled:
+        from skills.disabling import disabled_error
+
+        raise disabled_error(policy)
     if mismatch is not None:
         raise mismatch
     loaded_files = tuple(LoadedFile(path=f.path, data=bytes(f.data)) for f in files)

@@ -36,7 +36,15 @@ from cognition.errors import CognitionError
 from cognition.models import IdempotencyRecord
 from cognition.services import idempotency_ttl
 from cognition.tools import core_tool_schemas
-from runs.models import Attempt, MotorRun, RunStatus, Trigger
+from runs.models import (
+    DEFAULT_MAX_ITERATIONS,
+    MAX_ITERATIONS_CEILING,
+    RETRY_MAX_ITERATIONS,
+    Attempt,
+    MotorRun,
+    RunStatus,
+    Trigger,
+)
 
 from .views import AGENT_PARAM, TRIGGER_PARAM, PrincipalAPIView, _errors
 
@@ -74,7 +82,15 @@ class RunCreateSerializer(serializers.Serializer):
     )
     inputs = serializers.DictField(required=False, allow_null=True, default=None)
     approval_required = serializers.BooleanField(required=False, default=False)
-    max_iterations = serializers.IntegerField(required=False, allow_null=True, default=None)
+    max_iterations = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text=(
+            f"Iteration cap of the first attempt: 1..{MAX_ITERATIONS_CEILING} "
+            f"(default {DEFAULT_MAX_ITERATIONS}; retries get at most {RETRY_MAX_ITERATIONS})."
+        ),
+    )
     timeout_s = serializers.IntegerField(required=False, allow_null=True, default=None)
     skill_review = serializers.BooleanField(
         required=False, default=False, help_text="Only on an X-Motor-Trigger: motor_result call."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import conversations, energy, runs, schedules, signals, views, webhooks
+from . import artifacts, conversations, energy, runs, schedules, signals, views, webhooks
 
 app_name = "api"
 
@@ -42,6 +42,16 @@ urlpatterns = [
     path("runs/<str:run_id>/reject/", runs.RunRejectView.as_view(), name="run-reject"),
     path("runs/<str:run_id>/retry/", runs.RunRetryView.as_view(), name="run-retry"),
     path("runs/<str:run_id>/log/", runs.RunLogView.as_view(), name="run-log"),
+    path(
+        "runs/<str:run_id>/artifacts/",
+        artifacts.RunArtifactListView.as_view(),
+        name="run-artifact-list",
+    ),
+    path(
+        "runs/<str:run_id>/artifacts/<path:path>",
+        artifacts.RunArtifactDownloadView.as_view(),
+        name="run-artifact-download",
+    ),
     path("oneshot/", runs.OneshotView.as_view(), name="oneshot"),
     path("tools/", runs.ToolListView.as_view(), name="tool-list"),
     path("schedules/", schedules.ScheduleListView.as_view(), name="schedule-list"),

@@ -211,7 +211,7 @@ def test_low_energy_refuses_an_agentic_run_before_anything_is_prepared(world, wo
 
 def test_a_bad_parameter_creates_nothing_and_drains_nothing(world, workspaces):
     with pytest.raises(InvalidRunParams) as invalid:
-        _act(world, tools=["read"], domains=[], max_iterations=21)
+        _act(world, tools=["read"], domains=[], max_iterations=51)
     assert invalid.value.details == {"field": "max_iterations"}
     assert (run_count(), _energy(world.alpha), workspace_entries(workspaces)) == (0, 1.0, [])
 

@@ -156,6 +156,8 @@ def e2e_stack(
         "MOTOR_WORKSPACES_DIR": str(workspaces),
         "MOTOR_SANDBOX_EGRESS_HOSTS": ",".join(f"{h}={upstream.ip}" for h in SERVICE_HOSTS),
         "CELERY_TASK_ALWAYS_EAGER": "false",
+        # no failure hints: their LLM calls would take the scenarios' scripted answers
+        "MOTOR_FAILURE_HINT_SECONDS": "0",
         # The setting, not only --pool: a configured pool wins over --pool=prefork.
         "CELERY_WORKER_POOL": "prefork",
     }

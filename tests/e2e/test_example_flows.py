@@ -272,7 +272,16 @@ def test_example_flow_ask_user_json_to_csv_script(
     assert responded["ok"] is True
     run.refresh_from_db()
     assert run.status == RunStatus.COMPLETED
-    assert run.result["artifacts"] == ["artifacts/orders.csv", "artifacts/users.csv"]
+    # every file the run wrote is an artifact: the CSVs, its script and the downloaded inputs
+    assert [item["path"] for item in run.result["artifacts"]] == [
+        "artifacts/orders.csv",
+        "artifacts/users.csv",
+        "convert.py",
+        "data/orders-1.json",
+        "data/orders-2.json",
+        "data/users.json",
+    ]
+    assert run.result["artifacts"][0]["mime"] == "text/csv"
     steps = list(
         Step.objects.filter(attempt__run=run)
         .order_by("iteration", "call_index")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runs.compaction import compact_messages
+from runs.compaction import compact_messages, roll_up
 from runs.tools import envelope, tool_message_content
 
 
@@ -224,3 +224,82 @@ def test_with_default_parameters_the_last_three_results_are_byte_identical(histo
     after = [m["content"].encode() for m in compacted if m["role"] == "tool"][-3:]
     assert after == before
     assert _pairs_hold(compacted)
+
+
+# --- the rolling summary (roll_up) ----------------------------------------------------------------
+
+
+def _iterations(iterations: int) -> list[dict[str, Any]]:
+    """The task, then `iterations` iterations: iteration n says "step n" and calls tool_n."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "the task"}]
+    for n in range(1, iterations + 1):
+        messages.append(_assistant((f"c{n}", "read"), content=f"step {n}"))
+        messages.append(_tool(f"c{n}", f"output of {n}"))
+    return messages
+
+
+@pytest.mark.parametrize(("iterations", "rolled"), [(0, 0), (10, 0), (19, 0), (20, 10), (29, 10)])
+def test_roll_up_keeps_at_least_ten_iterations_in_full_and_rolls_whole_blocks(iterations, rolled):
+    # given an attempt with `iterations` iterations
+    messages = _iterations(iterations)
+    # when it is rolled up
+    digest, sent = roll_up(messages)
+    # then the first `rolled` iterations left the conversation, whole, and the task stays first
+    assert sent == [messages[0], *messages[1 + 2 * rolled :]]
+    if rolled:
+        assert digest.startswith(f"Iterations 1-{rolled} of this attempt")
+        assert f"{rolled}. step {rolled}\n" in digest + "\n"
+        assert f"{rolled + 1}. step" not in digest
+    else:
+        assert digest == ""
+        assert sent is messages
+
+
+def test_roll_up_at_fifty_iterations_rolls_forty_and_sends_ten():
+    digest, sent = roll_up(_iterations(50))
+    assert digest.startswith("Iterations 1-40 of this attempt")
+    assert [m["content"] for m in sent if m["role"] == "assistant"] == [
+        f"step {n}" for n in range(41, 51)
+    ]
+    assert len(sent) == 1 + 2 * 10
+
+
+def test_the_digest_names_calls_and_outcomes_keeps_answers_and_never_web_output():
+    # given twenty iterations, the first three a failed call, a web fetch and an ask_user answer
+    messages = _iterations(20)
+    messages[1] = _assistant(("c1", "bash"), content="try  the\nbuild")
+    messages[1]["tool_calls"][0]["function"]["arguments"] = '{"command": "make"}'
+    messages[2] = _tool("c1", FAILED)
+    messages[3] = _assistant(("c2", "fetch"))
+    messages[4] = _tool("c2", WEB)
+    messages[5] = _assistant(("c3", "ask_user"))
+    messages[6] = _tool("c3", "Use port 8080")
+    # when it is rolled up
+    digest, _ = roll_up(messages)
+    # then each call is listed with its outcome; the user's answer is kept; no web text is
+    lines = digest.splitlines()
+    assert lines[1:7] == [
+        "1. try the build",
+        '   - bash({"command": "make"}) -> error (timeout)',
+        "2.",
+        "   - fetch({}) -> ok",
+        "3.",
+        "   - ask_user({}) -> answer: Use port 8080",
+    ]
+    assert "<html>" not in digest and "untrusted" not in digest and "zzz" not in digest
+
+
+def test_a_call_without_a_result_is_never_rolled_up():
+    # given 20 complete iterations and a 21st whose call is still waiting for its result
+    messages = [*_iterations(20), _assistant(("c21", "read"), content="step 21")]
+    digest, sent = roll_up(messages)
+    # then only the first block is rolled up and the waiting call is sent, last
+    assert digest.startswith("Iterations 1-10 ")
+    assert sent[-1] == messages[-1]
+    ids = [call["id"] for m in sent if m["role"] == "assistant" for call in m["tool_calls"]]
+    assert ids == [f"c{n}" for n in range(11, 22)]
+
+
+def test_roll_up_refuses_a_block_size_below_one():
+    with pytest.raises(ValueError, match="every: 0 must be at least 1"):
+        roll_up(_iterations(3), every=0)

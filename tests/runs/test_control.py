@@ -228,9 +228,9 @@ def test_completion_extracts_new_skills_and_lists_artifacts(agent, scripted_llm,
     (workspace / "skills" / "demo" / "SKILL.md").write_text(
         "---\nname: demo\ndescription: Says hello.\n---\n# Steps\nSay hello.\n"
     )
+    run_id = run_start(agent_id=agent.pk, task="t", workspace=str(workspace), actor="t")["run_id"]
     (workspace / "artifacts").mkdir()
     (workspace / "artifacts" / "report.txt").write_text("r")
-    run_id = run_start(agent_id=agent.pk, task="t", workspace=str(workspace), actor="t")["run_id"]
     scripted_llm.add(reply_text("Made a skill."))
     # when the model finishes
     assert drive(run_id, scripted_llm.client()) == [SliceOutcome.FINISHED]
@@ -242,7 +242,16 @@ def test_completion_extracts_new_skills_and_lists_artifacts(agent, scripted_llm,
         "unchanged": [],
         "failed": [],
     }
-    assert run.result["artifacts"] == ["artifacts/report.txt"]
+    # (the skill's file was there before the run started: not an artifact of it)
+    assert run.result["artifacts"] == [
+        {
+            "name": "report.txt",
+            "path": "artifacts/report.txt",
+            "size": 1,
+            "sha256": "454349e422f05297191ead13e21d3db520e5abef52055e4964b82fb213f593a1",
+            "mime": "text/plain",
+        }
+    ]
     assert Skill.objects.filter(name="demo").count() == 1
     assert Signal.objects.get(run_id=run_id).payload["result"]["skills"]["created"] == ["demo"]
 

@@ -186,9 +186,11 @@ def test_same_tool_failing_three_times_with_the_same_code_fails_the_run(agent, s
     assert outcomes == [SliceOutcome.FINISHED]
     assert scripted_llm.remaining == 2
     assert run.status == RunStatus.FAILED
-    assert attempt.failure["category"] == "tool_failure"
+    # a refusal streak means the task needs a grant it lacks: not worth retrying as it is
+    assert (attempt.failure["category"], attempt.failure["retryable"]) == ("invalid_task", False)
     assert attempt.failure["message"] == (
-        "tool 'read' failed 3 times in a row with error_code 'denied'"
+        "tool 'read' was refused 3 times in a row (denied): the task needs something this run "
+        "was not granted (a tool, a domain or a path); start a run with the grants it needs"
     )
     steps = list(Step.objects.filter(attempt=attempt).values_list("tool", "state", "result"))
     assert [(tool, state) for tool, state, _ in steps] == [("read", "done")] * 3
@@ -272,8 +274,8 @@ def test_replay_reproduces_a_recorded_run(agent, make_agent, scripted_llm):
     ("params", "message"),
     [
         ({"task": "  "}, "task: must not be empty"),
-        ({"task": "t", "max_iterations": 21}, "max_iterations: 21 is outside 1..20"),
-        ({"task": "t", "max_iterations": 0}, "max_iterations: 0 is outside 1..20"),
+        ({"task": "t", "max_iterations": 51}, "max_iterations: 51 is outside 1..50"),
+        ({"task": "t", "max_iterations": 0}, "max_iterations: 0 is outside 1..50"),
         ({"task": "t", "timeout_s": 601}, "timeout_s: 601 is outside 1..600 seconds"),
         ({"task": "t", "trigger": "cron"}, "trigger: 'cron' is not one of"),
         ({"task": "t", "credential_names": ["Bad-Name"]}, "credential_names: 'Bad-Name' must"),

@@ -56,6 +56,8 @@ def start_worker(
             "MOTOR_WORKSPACES_DIR": str(settings.MOTOR_WORKSPACES_DIR),
             # The setting, not only --pool: Celery takes a configured pool over --pool=prefork.
             "CELERY_WORKER_POOL": pool,
+            # no failure hints: their LLM calls would take the stub's scripted answers
+            "MOTOR_FAILURE_HINT_SECONDS": "0",
             **extra_env,
         }
         log = (tmp_path / f"worker{len(started)}.log").open("w")

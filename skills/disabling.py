@@ -1,0 +1,90 @@
+"""Disabling a skill for one agent without deleting it, and enabling it again.
+
+A disabled policy keeps everything else — status, approval, domains, credentials — so enabling
+it restores exactly what was approved; meanwhile `skill_load_for_execution` refuses to start a
+run of it (SkillDisabled, naming the skill and the agent). Both changes need the approver's
+permission and are audited as policy updates whose `changes` show `disabled` going from one value
+to the other (the audit trail's actions stay as they are).
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from skills.errors import PolicyTransitionNotAllowed, SkillDisabled
+from skills.models import AuditAction, Policy
+from skills.services import Actor, _agent_name, _audit, _lock_policy, _require_approver
+
+#: longest reason kept with a disabled policy, in characters
+MAX_REASON_CHARS = 1000
+
+
+def disabled_error(policy: Policy) -> SkillDisabled:
+    """The refusal for a run of a disabled policy's skill."""
+    name, agent = policy.skill.name, _agent_name(policy.agent)
+    reason = f" ({policy.disabled_reason})" if policy.disabled_reason else ""
+    return SkillDisabled(
+        f"Skill {name!r} is disabled for agent {agent!r}{reason}; staff enable it again in the "
+        "admin before it can run.",
+        details={"name": name, "agent": agent},
+    )
+
+
+def policy_disable(*, policy: Policy | int, actor: Actor, reason: str = "") -> Policy:
+    """Disable the policy's skill for its agent. Refused when it is disabled already."""
+    _require_approver(actor, what="disable skills")
+    reason = reason.strip()[:MAX_REASON_CHARS]
+    with transaction.atomic():
+        locked = _lock_policy(policy_id=policy if isinstance(policy, int) else policy.pk)
+        if locked.disabled_at is not None:
+            raise PolicyTransitionNotAllowed(
+                f"Skill {locked.skill.name!r} is already disabled for agent "
+                f"{_agent_name(locked.agent)!r}.",
+                details={"action": "disable", "status": "disabled"},
+            )
+        locked.disabled_at = timezone.now()
+        locked.disabled_by = actor.user  # type: ignore[assignment]
+        locked.disabled_reason = reason
+        locked.save(update_fields=["disabled_at", "disabled_by", "disabled_reason", "updated_at"])
+        _audit(
+            action=AuditAction.POLICY_UPDATED,
+            actor=actor,
+            policy=locked,
+            from_status=locked.status,
+            to_status=locked.status,
+            reason=f"disabled: {reason}" if reason else "disabled",
+            changes={"disabled": {"old": False, "new": True}},
+        )
+    return locked
+
+
+def policy_enable(*, policy: Policy | int, actor: Actor) -> Policy:
+    """Enable a disabled policy's skill again, with the status and approval it had."""
+    _require_approver(actor, what="enable skills")
+    with transaction.atomic():
+        locked = _lock_policy(policy_id=policy if isinstance(policy, int) else policy.pk)
+        if locked.disabled_at is None:
+            raise PolicyTransitionNotAllowed(
+                f"Skill {locked.skill.name!r} is not disabled for agent "
+                f"{_agent_name(locked.agent)!r}.",
+                details={"action": "enable", "status": "enabled"},
+            )
+        previous = locked.disabled_reason
+        locked.disabled_at = None
+        locked.disabled_by = None
+        locked.disabled_reason = ""
+        locked.save(update_fields=["disabled_at", "disabled_by", "disabled_reason", "updated_at"])
+        _audit(
+            action=AuditAction.POLICY_UPDATED,
+            actor=actor,
+            policy=locked,
+            from_status=locked.status,
+            to_status=locked.status,
+            reason="enabled again",
+            changes={
+                "disabled": {"old": True, "new": False},
+                "disabled_reason": {"old": previous, "new": ""},
+            },
+        )
+    return locked
