@@ -14,7 +14,8 @@ from cognition.services import credential_set, personal_token_create
 from runs.models import MotorRun, RunStatus, SignalKind
 from runs.outbox import signal_emit
 from runs.services import run_start
-from skills.services import Actor, skill_import_pasted
+from skills.imports import skill_import_pasted
+from skills.services import Actor
 from tests.skills.admin_support import PASSWORD, make_user
 
 from .conftest import World, skill_md
