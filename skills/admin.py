@@ -15,7 +15,6 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -25,7 +24,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import content_disposition_header
 from django.utils.safestring import SafeString
 
-from skills import selectors, services
+from skills import approval, selectors, services
 from skills.errors import CredentialsUnreadable, SkillError
 from skills.models import (
     Policy,
@@ -103,15 +102,18 @@ class PolicyEditForm(forms.Form):
     )
 
     def __init__(self, *args: Any, policy: Policy, **kwargs: Any) -> None:
+        # Shown as the approval would leave it (skills.approval): what the person sees in the
+        # form is what Approve grants, the same policy the chat and the API approve with.
+        grants = approval.approval_proposal(policy=policy).grants()
         initial = {
-            "allowed_domains": "\n".join(policy.allowed_domains),
-            "required_credentials": "\n".join(policy.required_credentials),
-            "tools": list(policy.tools),
-            "dependencies": "\n".join(policy.dependencies),
+            "allowed_domains": "\n".join(grants["allowed_domains"]),
+            "required_credentials": "\n".join(grants["required_credentials"]),
+            "tools": list(grants["tools"]),
+            "dependencies": "\n".join(grants["dependencies"]),
         }
         super().__init__(*args, initial=initial, **kwargs)
         self.policy = policy
-        self.credential_names: list[str] = list(policy.required_credentials)
+        self.credential_names: list[str] = list(grants["required_credentials"])
         for name in self.credential_names:
             self.fields[self._value_field(name)] = forms.CharField(
                 required=False,
@@ -825,6 +827,7 @@ class PolicyAdmin(admin.ModelAdmin):
             "skill_url": reverse("admin:skills_skill_change", args=[skill.pk]),
             "approved_hash_matches": bool(version)
             and policy.approved_content_hash == (version.content_hash if version else ""),
+            "proposal": approval.approval_proposal(policy=policy).to_dict(),
             **_facts_context(policy, names_set),
         }
         return TemplateResponse(request, "admin/skills/policy/review.html", context)
@@ -860,14 +863,9 @@ class PolicyAdmin(admin.ModelAdmin):
             return form
         before = policy.status
         try:
-            with transaction.atomic():
-                services.policy_update(
-                    policy=policy.pk,
-                    actor=_actor(request),
-                    reason="edited at approval",
-                    **form.update_kwargs(),
-                )
-                approved = services.policy_approve(policy=policy.pk, actor=_actor(request))
+            approved = approval.skill_approve(
+                policy=policy.pk, actor=_actor(request), grants=form.update_kwargs()
+            )
         except SkillError as exc:
             messages.error(request, f"Not approved: {exc.message}")
             return form

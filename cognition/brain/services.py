@@ -535,5 +535,6 @@ def _review_skills(*, conversation: Conversation, principal: Principal, names: l
                 "status": review.get("status"),
                 "reviewed_hash": review.get("reviewed_hash"),
                 "facts": review.get("facts"),
+                "proposal": review.get("proposal"),
             },
         )
