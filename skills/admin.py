@@ -34,7 +34,12 @@ from skills.models import (
     SkillFile,
     SkillVersion,
 )
-from skills.templatetags.skill_review import render_markdown, short_hash, status_badge
+from skills.templatetags.skill_review import (
+    policy_badge,
+    render_markdown,
+    short_hash,
+    status_badge,
+)
 
 APPROVE_PERMISSION = services.APPROVE_PERMISSION
 AUDIT_ROWS_SHOWN = 200  # newest rows on the review page; the full trail is in its own list
@@ -351,6 +356,23 @@ def _facts_context(policy: Policy, names_set: set[str] | None) -> dict[str, Any]
     }
 
 
+class RejectedFilter(admin.SimpleListFilter):
+    """Rejected policies stay pending review (seed 000); this tells them apart."""
+
+    title = "rejected"
+    parameter_name = "rejected"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", approval.REJECTED_LABEL), ("no", "Not rejected")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Policy]) -> QuerySet[Policy]:
+        if self.value() == "yes":
+            return queryset.filter(approval.rejected_q())
+        if self.value() == "no":
+            return queryset.exclude(approval.rejected_q())
+        return queryset
+
+
 # --- Skill -----------------------------------------------------------------------------------
 
 
@@ -370,7 +392,7 @@ class PolicyInline(admin.TabularInline):
 
     @admin.display(description="status")
     def badge(self, obj: Policy) -> SafeString:
-        return status_badge(obj.status)
+        return policy_badge(obj)
 
     @admin.display(description="review")
     def review_link(self, obj: Policy) -> SafeString:
@@ -463,7 +485,7 @@ class SkillAdmin(admin.ModelAdmin):
                     reverse("admin:skills_policy_review", args=[p.pk]),
                     p.agent.name,
                     p.agent.name,
-                    status_badge(p.status),
+                    policy_badge(p),
                 )
                 for p in policies
             ),
@@ -587,9 +609,9 @@ class PolicyAdmin(admin.ModelAdmin):
         "updated_at",
     )
     list_display_links = ("skill_name",)
-    list_filter = ("status", "agent", "skill")
+    list_filter = ("status", RejectedFilter, "agent", "skill")
     search_fields = ("skill__name", "agent__name")
-    list_select_related = ("skill", "agent", "approved_by")
+    list_select_related = ("skill", "skill__current_version", "agent", "approved_by")
     actions = ("run_review",)
     # The change page is replaced by the review page; these guard any other form path.
     readonly_fields = (
@@ -622,7 +644,7 @@ class PolicyAdmin(admin.ModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: Policy) -> SafeString:
-        return status_badge(obj.status)
+        return policy_badge(obj)
 
     @admin.display(description="approved", ordering="approved_at")
     def approval(self, obj: Policy) -> str:
@@ -812,7 +834,10 @@ class PolicyAdmin(admin.ModelAdmin):
             "rollback_form": rollback_form,
             "can_change": can_change,
             "can_approve": can_approve,
-            "show_approve": can_change and can_approve and policy.status == PolicyStatus.REVIEWED,
+            # A rejected policy keeps its decision open: approving reviews it again first.
+            "show_approve": can_change
+            and can_approve
+            and (policy.status == PolicyStatus.REVIEWED or approval.policy_is_rejected(policy)),
             "show_reapprove": can_change
             and can_approve
             and policy.status == PolicyStatus.NEEDS_REAPPROVAL,
@@ -889,7 +914,11 @@ class PolicyAdmin(admin.ModelAdmin):
         except SkillError as exc:
             messages.error(request, f"Not rejected: {exc.message}")
             return form
-        messages.success(request, "Rejected with your note; status: pending review.")
+        messages.success(
+            request,
+            "Rejected with your note; status: pending review (rejected — awaiting a new "
+            "version). You can still approve this version from this page.",
+        )
         return self._redirect(request)
 
     def _post_rollback(self, request: HttpRequest, policy: Policy) -> HttpResponse | RollbackForm:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F, Q
 
 from skills import services
 from skills.errors import SkillNotFound
@@ -142,6 +143,9 @@ def domain_covered(host: str, allowed: Iterable[str]) -> bool:
     return False
 
 
+REJECTED_LABEL = "Rejected — awaiting a new version"
+
+
 def _rejected(policy: Policy) -> bool:
     version = policy.skill.current_version
     return bool(
@@ -155,9 +159,19 @@ def _rejected(policy: Policy) -> bool:
 def policy_is_rejected(policy: Policy) -> bool:
     """Rejected, awaiting a new version: pending review with a note, its facts still current.
 
-    (Seed 000 keeps a rejected skill in pending_review; a new version clears the facts.)
+    Seed 000 keeps a rejected skill in pending_review; new content clears the stored facts
+    (`Policy.content_changed`), which ends "rejected" without another write.
     """
     return _rejected(policy)
+
+
+def rejected_q() -> Q:
+    """`policy_is_rejected` as a queryset filter over policies."""
+    return (
+        Q(status=PolicyStatus.PENDING_REVIEW)
+        & ~Q(rejection_note="")
+        & Q(reviewed_hash=F("skill__current_version__content_hash"))
+    )
 
 
 def _edited_for(policy: Policy, content_hash: str) -> list[str]:
