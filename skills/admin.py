@@ -25,6 +25,7 @@ from django.utils.http import content_disposition_header
 from django.utils.safestring import SafeString
 
 from skills import approval, selectors, services
+from skills.admin_json import PrettyJSONMixin
 from skills.errors import CredentialsUnreadable, SkillError
 from skills.models import (
     Policy,
@@ -967,7 +968,7 @@ class PolicyAdmin(admin.ModelAdmin):
 # --- read-only history -----------------------------------------------------------------------
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(PrettyJSONMixin, admin.ModelAdmin):
     """View-only: rows are created by services and never edited or deleted here."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:

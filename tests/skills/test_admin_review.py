@@ -725,3 +725,28 @@ def test_the_review_page_lists_agent_skills_spec_findings(approver: User, tmp_pa
     ]
     assert 'id="spec-findings"' in html and 'id="spec-none"' not in html
     assert "spec-unknown-field" in html and escape(findings[0]["message"]) in html
+
+
+def test_an_audit_row_shows_its_changes_indented_and_the_policy_by_names(
+    approver: User, policy: Policy
+) -> None:
+    # given a policy edit recorded in the audit trail
+    from skills.services import policy_update
+
+    policy_update(
+        policy=policy.pk, actor=Actor.from_user(approver), allowed_domains=["api.open-meteo.com"]
+    )
+    event = PolicyAuditEvent.objects.get(policy=policy, action=AuditAction.POLICY_UPDATED)
+    client = logged_in(make_user("audrey", perms=["skills.view_policyauditevent"]))
+
+    # when the audit row is opened
+    page = client.get(
+        reverse("admin:skills_policyauditevent_change", args=[event.pk])
+    ).content.decode()
+
+    # then its changes are indented JSON and the policy is named by skill and agent
+    assert (
+        '<pre class="mc-json">{\n  &quot;allowed_domains&quot;: {\n    &quot;from&quot;: [],'
+        in page
+    )
+    assert "weather-report for scout (pending_review)" in page
