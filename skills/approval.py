@@ -6,8 +6,9 @@ words) and `POST /api/v1/skills/{name}/approve/` all show `approval_proposal()` 
 same policy whichever face a person uses.
 
 The proposed policy is the policy as it stands plus what the reviewed content needs and the
-policy does not grant yet: the hosts it references, the credentials it references (under their
-vault names, without a VAULT_ prefix) and the tools its files call for. A field a person edited
+policy does not grant yet: the hosts it references (except a host a dangerous pattern names,
+which a person adds by hand if they trust it), the credentials it references (under their vault
+names, without a VAULT_ prefix) and the tools its files call for. A field a person edited
 for this content (tools, hosts or credentials) is their decision: nothing is added to it, and what
 the content uses beyond it is a warning instead.
 """
@@ -125,6 +126,14 @@ def tools_needed(facts: Mapping[str, Any]) -> list[str]:
     return needed
 
 
+def ordered_tools(existing: Iterable[str], wanted: Iterable[str]) -> list[str]:
+    """`wanted` in one order whatever face asks: the policy's own order first, then new tools
+    sorted (the admin's checkboxes submit in their own order, the API in the policy's)."""
+    want = list(dict.fromkeys(wanted))
+    kept = [t for t in dict.fromkeys(existing) if t in want]
+    return kept + sorted(t for t in want if t not in kept)
+
+
 def _credential_key(name: str) -> str:
     return name.strip().lower().removeprefix("vault_")
 
@@ -175,10 +184,14 @@ def rejected_q() -> Q:
 
 
 def _edited_for(policy: Policy, content_hash: str) -> list[str]:
-    """The grant fields a policy update changed while `content_hash` was the current content."""
+    """The grant fields a person's policy update changed while `content_hash` was the current
+    content (a run's saved credentials or an import are not a person's decision)."""
     fields: set[str] = set()
     for changes in PolicyAuditEvent.objects.filter(
-        policy=policy, action=AuditAction.POLICY_UPDATED, content_hash=content_hash
+        policy=policy,
+        action=AuditAction.POLICY_UPDATED,
+        content_hash=content_hash,
+        actor__isnull=False,
     ).values_list("changes", flat=True):
         fields.update(k for k in changes or {} if k in GRANT_FIELDS)
     return sorted(fields)
@@ -217,10 +230,16 @@ def approval_proposal(*, policy: Policy) -> ApprovalProposal:
         "allowed_domains": [d for d in referenced_domains if not domain_covered(d, domains)],
         "required_credentials": missing_credentials,
     }
+    # A host named in a dangerous pattern (a download piped into a shell, …) is never granted
+    # by default: a person who trusts it types it in.
+    danger = [f for f in facts.get("suspicious") or [] if f.get("severity") == "danger"]
+    withheld = [
+        d for d in missing["allowed_domains"] if any(d in str(f.get("message")) for f in danger)
+    ]
+    missing["allowed_domains"] = [d for d in missing["allowed_domains"] if d not in withheld]
     added = {key: ([] if key in edited else list(missing[key])) for key in GRANT_FIELDS}
     beyond = {key: (list(missing[key]) if key in edited else []) for key in GRANT_FIELDS}
-    # Sorted, as the admin's checkboxes submit them: the same grant reads the same everywhere.
-    tools = sorted({*tools, *added["tools"]})
+    tools = ordered_tools(tools, [*tools, *added["tools"]])
     domains = [*domains, *added["allowed_domains"]]
     credentials = [*credentials, *added["required_credentials"]]
 
@@ -242,7 +261,6 @@ def approval_proposal(*, policy: Policy) -> ApprovalProposal:
                 [policy.rejection_note],
             )
         )
-    danger = [f for f in facts.get("suspicious") or [] if f.get("severity") == "danger"]
     if danger:
         warnings.append(
             ApprovalWarning(
@@ -277,6 +295,16 @@ def approval_proposal(*, policy: Policy) -> ApprovalProposal:
                     list(beyond[key]),
                 )
             )
+    if withheld:
+        warnings.append(
+            ApprovalWarning(
+                "withheld_allowed_domains",
+                "Not granted because a dangerous pattern names them: "
+                + ", ".join(withheld)
+                + "; calls to them will be denied unless a person adds them.",
+                withheld,
+            )
+        )
     unused = [a for a in domains if not any(domain_covered(d, [a]) for d in referenced_domains)]
     if reviewed and unused:
         warnings.append(
@@ -338,6 +366,8 @@ def skill_approve(
                 pk=locked.pk
             )
         fields = dict(grants) if grants is not None else approval_proposal(policy=locked).grants()
+        if fields.get("tools") is not None:
+            fields["tools"] = ordered_tools(locked.tools, fields["tools"])
         reason = "edited at approval" if grants is not None else "granted at approval"
         services.policy_update(policy=locked.pk, actor=actor, reason=reason, **fields)
         return services.policy_approve(policy=locked.pk, actor=actor, note=note)

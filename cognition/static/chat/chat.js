@@ -104,6 +104,9 @@
         done.className = "approved";
         done.textContent = "Approved.";
         button.replaceWith(done);
+        // What approving would grant is history now: the policy holds it.
+        var proposal = card.querySelector(".approval-proposal");
+        if (proposal) { proposal.remove(); }
       }
     });
   }
@@ -180,6 +183,8 @@
         done.className = "approved";
         done.textContent = button.classList.contains("approve-run") ? "Allowed." : "Approved.";
         button.replaceWith(done);
+        var proposal = card.querySelector(".approval-proposal");
+        if (proposal && !button.classList.contains("approve-run")) { proposal.remove(); }
         var status = card.querySelector(".card-status");
         if (status) { status.textContent = "approved"; }
         append(result.data.messages);

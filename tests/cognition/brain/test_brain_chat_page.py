@@ -222,6 +222,7 @@ def test_a_card_drops_its_approve_button_when_the_skill_is_approved_in_words(
     expect(card.locator(".card-status")).to_have_text("approved")
     expect(card.locator(".approved")).to_have_text("Approved.")
     expect(card.get_by_role("button")).to_have_count(0)
+    expect(card.locator(".approval-proposal")).to_have_count(0)
     assert Policy.objects.get(agent=world.alpha).status == PolicyStatus.APPROVED
     page.screenshot(path=str(artifacts_dir / "chat-card-approved-in-words.png"), full_page=True)
 
