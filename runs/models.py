@@ -467,7 +467,7 @@ class Signal(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"signal {self.id} {self.kind} #{self.seq} for agent {self.agent.name}"
+        return f"signal {self.id} {self.kind} #{self.seq} for agent {self.agent_id and self.agent.name}"
 
 
 class SignalCounter(models.Model):
@@ -479,7 +479,7 @@ class SignalCounter(models.Model):
     last_seq = models.BigIntegerField(default=0)
 
     def __str__(self) -> str:
-        return f"agent {self.agent.name}: last signal #{self.last_seq}"
+        return f"agent {self.agent_id and self.agent.name}: last signal #{self.last_seq}"
 
 
 class RunEvent(models.Model):

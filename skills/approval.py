@@ -23,7 +23,6 @@ from django.db import transaction
 from django.db.models import F, Q
 
 from skills import services
-from skills.errors import SkillNotFound
 from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus
 
 # Tools every skill run needs to read its references and write its output.
@@ -346,25 +345,17 @@ def skill_approve(
     `grants` (policy_update keyword arguments) when the person edited them at approval.
 
     One transaction: the policy fields are set (audited as a policy update), then approved; a
-    refusal (not an approver, stale review, tampered content) leaves everything as it was. A rejected policy whose facts are still current is
-    reviewed again first (the decision stays possible after a reject); a policy never reviewed
-    is refused by the approval's own transition rule: nobody approves content nobody was shown.
+    refusal (not an approver, stale review, tampered content) leaves everything as it was. A
+    rejected policy whose facts are still current is reviewed again first (the decision stays
+    possible after a reject); a policy never reviewed is refused by the approval's own
+    transition rule: nobody approves content nobody was shown.
     """
-    policy_id = policy if isinstance(policy, int) else policy.pk
     with transaction.atomic():
-        locked = (
-            Policy.objects.select_for_update(of=("self",))
-            .select_related("skill", "skill__current_version", "agent")
-            .filter(pk=policy_id)
-            .first()
-        )
-        if locked is None:
-            raise SkillNotFound(f"No policy {policy_id}.", details={"policy": policy_id})
+        # Skill, then policy: the lock order of every skills service.
+        _, locked = services._lock_skill_and_policy(policy)
         if _rejected(locked):
             services.policy_review(policy=locked.pk, actor=actor)
-            locked = Policy.objects.select_related("skill", "skill__current_version", "agent").get(
-                pk=locked.pk
-            )
+            _, locked = services._lock_skill_and_policy(locked.pk)
         fields = dict(grants) if grants is not None else approval_proposal(policy=locked).grants()
         if fields.get("tools") is not None:
             fields["tools"] = ordered_tools(locked.tools, fields["tools"])
