@@ -23,6 +23,7 @@ from django.utils.html import format_html
 
 import runs.admin as runs_admin
 from runs.models import Signal
+from skills.admin_json import PrettyJSONMixin
 
 from .delivery import (
     IssuedWebhookSecret,
@@ -150,7 +151,7 @@ class AgentWebhookAdminMixin:
 # --- deliveries ----------------------------------------------------------------------------------
 
 
-class _ReadOnly(admin.ModelAdmin):  # type: ignore[type-arg]
+class _ReadOnly(PrettyJSONMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 

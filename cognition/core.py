@@ -62,6 +62,7 @@ from runs.services import (
 )
 from runs.tools import expand_granted
 from skills import bundle as bundle_lib
+from skills.approval import approval_proposal, skill_approve
 from skills.errors import PolicyTransitionNotAllowed, SkillNotFound
 from skills.imports import skill_import_pasted
 from skills.models import Policy, PolicyStatus
@@ -69,7 +70,6 @@ from skills.selectors import policy_credential_values, policy_detail
 from skills.services import (
     Actor,
     LoadedSkill,
-    policy_approve,
     policy_create,
     policy_reject,
     policy_review,
@@ -661,6 +661,7 @@ def skill_review_facts(*, principal: Principal, policy: Policy) -> dict[str, Any
         "reviewed_hash": policy.reviewed_hash,
         "reviewed_at": policy.reviewed_at.isoformat() if policy.reviewed_at else None,
         "facts": policy.review_facts,
+        "proposal": approval_proposal(policy=policy).to_dict(),
     }
 
 
@@ -757,7 +758,7 @@ def core_skill(
     policy = skill_policy(agent=agent, name=name)
     actor = gate(principal=principal, action=f"skill.{action}", trigger=trigger)
     if action == "approve":
-        return skill_detail(policy=policy_approve(policy=policy, actor=actor, note=note or ""))
+        return skill_detail(policy=skill_approve(policy=policy, actor=actor, note=note or ""))
     if action == "reject":
         if not isinstance(note, str) or not note.strip():
             raise InvalidRunParams("note: a rejection needs a note", field="note")

@@ -105,7 +105,7 @@ class Credential(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.agent_id}:{self.name}"
+        return f"{self.agent_id and self.agent.name}:{self.name}"
 
 
 class PersonalToken(models.Model):
@@ -243,7 +243,7 @@ class Schedule(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.skill_name} for {self.agent_id} ({self.when})"
+        return f"{self.skill_name} for {self.agent_id and self.agent.name} ({self.when})"
 
     @property
     def when(self) -> str:
@@ -278,7 +278,9 @@ class ScheduleOccurrence(models.Model):
         indexes = [models.Index(fields=["schedule", "-fired_at"], name="occurrence_by_schedule")]
 
     def __str__(self) -> str:
-        return f"{self.schedule_id} {self.outcome} {self.reason}".strip()
+        return (
+            f"{self.schedule_id and self.schedule.skill_name} {self.outcome} {self.reason}".strip()
+        )
 
 
 # --- signal delivery (cognition.delivery) -----------------------------------------------------

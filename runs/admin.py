@@ -42,6 +42,7 @@ from runs.models import (
     Step,
     StepState,
 )
+from skills.admin_json import PrettyJSONMixin
 
 #: the permission that lets a staff user act on runs (answer, approve, reject, cancel, retry)
 CONTROL_PERMISSION = "runs.change_motorrun"
@@ -84,9 +85,10 @@ def _step_row(step: Step) -> dict[str, Any]:
     provenance = str(result.get("provenance") or "")
     return {
         "id": step.pk,
-        "attempt": step.attempt.index,
+        # Numbers a person reads count from 1 (the model keeps 0-based indexes).
+        "attempt": step.attempt.index + 1,
         "iteration": step.iteration,
-        "call_index": step.call_index,
+        "call": step.call_index + 1,
         "tool": step.tool,
         "arguments": json.dumps(step.arguments, indent=2, sort_keys=True, ensure_ascii=False),
         "done": step.state == StepState.DONE,
@@ -214,7 +216,7 @@ class CancelForm(forms.Form):
 # --- admin classes -------------------------------------------------------------------------------
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyAdmin(PrettyJSONMixin, admin.ModelAdmin):  # type: ignore[type-arg]
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -273,6 +275,14 @@ class MotorRunAdmin(ReadOnlyAdmin):
             getattr(run, "current_iteration", None) or 0,
             getattr(run, "current_max_iterations", None) or run.max_iterations,
         )
+        if run.status in TERMINAL_STATUSES:
+            # A finished run has no progress left to show: its share of the budget is no bar.
+            used = progress["iteration"]
+            return format_html(
+                '<span class="mc-meta" title="LLM calls of the last attempt">{} iteration{}</span>',
+                used,
+                "" if used == 1 else "s",
+            )
         return format_html(
             '<span class="mc-progress" title="iterations used / allowed">'
             '<span class="mc-progress__bar"><span style="width: {}%"></span></span>'
@@ -496,17 +506,26 @@ class MotorRunAdmin(ReadOnlyAdmin):
 
 @admin.register(Attempt)
 class AttemptAdmin(ReadOnlyAdmin):
-    list_display = ("run", "index", "status", "iteration", "max_iterations", "started_at")
+    list_display = ("run", "number", "status", "iteration", "max_iterations", "started_at")
     list_filter = ("status",)
     search_fields = ("run__id",)
+
+    @admin.display(description="attempt", ordering="index")
+    def number(self, attempt: Attempt) -> int:
+        return attempt.index + 1
 
 
 @admin.register(Step)
 class StepAdmin(ReadOnlyAdmin):
-    list_display = ("attempt", "iteration", "call_index", "tool", "state", "duration_ms")
+    list_display = ("attempt", "iteration", "call", "tool", "state", "duration_ms")
     list_filter = ("state", "tool")
+    list_select_related = ("attempt",)
     search_fields = ("attempt__run__id",)
     show_full_result_count = False
+
+    @admin.display(description="call", ordering="call_index")
+    def call(self, step: Step) -> int:
+        return step.call_index + 1
 
 
 @admin.register(ApprovalRequest)

@@ -312,7 +312,7 @@ class Attempt(FSMModelMixin, models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.run_id} attempt {self.index} ({self.status})"
+        return f"{self.run_id} attempt {self.index + 1} ({self.status})"
 
     @transition(field=status, source=AttemptStatus.RUNNING, target=AttemptStatus.AWAITING_INPUT)
     def await_input(self, *, question: str, tool_call_id: str) -> None:
@@ -385,7 +385,10 @@ class Step(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.attempt_id}:{self.iteration}.{self.call_index} {self.tool} ({self.state})"
+        return (
+            f"{self.attempt} iteration {self.iteration} call {self.call_index + 1}: "
+            f"{self.tool} ({self.state})"
+        )
 
 
 class ApprovalRequest(FSMModelMixin, models.Model):
@@ -467,7 +470,7 @@ class Signal(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"signal {self.id} {self.kind} #{self.seq} for agent {self.agent_id}"
+        return f"signal {self.id} {self.kind} #{self.seq} for agent {self.agent_id and self.agent.name}"
 
 
 class SignalCounter(models.Model):
@@ -479,7 +482,7 @@ class SignalCounter(models.Model):
     last_seq = models.BigIntegerField(default=0)
 
     def __str__(self) -> str:
-        return f"agent {self.agent_id}: last signal #{self.last_seq}"
+        return f"agent {self.agent_id and self.agent.name}: last signal #{self.last_seq}"
 
 
 class RunEvent(models.Model):

@@ -96,6 +96,7 @@ def run_status(*, run_id: str) -> dict[str, Any] | None:
         "result": run.result,
         "attempt": {
             "index": attempt.index,
+            "number": attempt.index + 1,
             "status": attempt.status,
             "iteration": attempt.iteration,
             "max_iterations": attempt.max_iterations,
@@ -108,8 +109,10 @@ def run_status(*, run_id: str) -> dict[str, Any] | None:
         "steps": [
             {
                 "attempt": step.attempt.index,
+                "attempt_number": step.attempt.index + 1,
                 "iteration": step.iteration,
                 "call_index": step.call_index,
+                "call_number": step.call_index + 1,
                 "tool": step.tool,
                 "arguments": step.arguments,
                 "state": step.state,
@@ -145,8 +148,8 @@ def run_log(*, run_id: str) -> str | None:
         entries.append(
             (
                 step.created_at,
-                f"attempt {step.attempt.index} iteration {step.iteration}.{step.call_index} "
-                f"{step.tool} {json.dumps(step.arguments, sort_keys=True)[:1000]} -> {outcome}"
+                f"attempt {step.attempt.index + 1}, iteration {step.iteration}, "
+                f"call {step.call_index + 1}: {step.tool} {json.dumps(step.arguments, sort_keys=True)[:1000]} -> {outcome}"
                 + (f"\n  {output}" if output else ""),
             )
         )

@@ -15,7 +15,6 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -27,8 +26,9 @@ from django.utils.safestring import SafeString
 
 from sandbox import egress
 from sandbox.types import NetworkPolicy
-from skills import imports, selectors, services
+from skills import approval, imports, selectors, services
 from skills.admin_disabling import disable_for_agent, enable_for_agent, enabled_column
+from skills.admin_json import PrettyJSONMixin
 from skills.errors import CredentialsUnreadable, SkillError
 from skills.models import (
     Policy,
@@ -38,7 +38,12 @@ from skills.models import (
     SkillFile,
     SkillVersion,
 )
-from skills.templatetags.skill_review import render_markdown, short_hash, status_badge
+from skills.templatetags.skill_review import (
+    policy_badge,
+    render_markdown,
+    short_hash,
+    status_badge,
+)
 
 APPROVE_PERMISSION = services.APPROVE_PERMISSION
 AUDIT_ROWS_SHOWN = 200  # newest rows on the review page; the full trail is in its own list
@@ -109,15 +114,18 @@ class PolicyEditForm(forms.Form):
     )
 
     def __init__(self, *args: Any, policy: Policy, **kwargs: Any) -> None:
+        # Shown as the approval would leave it (skills.approval): what the person sees in the
+        # form is what Approve grants, the same policy the chat and the API approve with.
+        grants = approval.approval_proposal(policy=policy).grants()
         initial = {
-            "allowed_domains": "\n".join(policy.allowed_domains),
-            "required_credentials": "\n".join(policy.required_credentials),
-            "tools": list(policy.tools),
-            "dependencies": "\n".join(policy.dependencies),
+            "allowed_domains": "\n".join(grants["allowed_domains"]),
+            "required_credentials": "\n".join(grants["required_credentials"]),
+            "tools": list(grants["tools"]),
+            "dependencies": "\n".join(grants["dependencies"]),
         }
         super().__init__(*args, initial=initial, **kwargs)
         self.policy = policy
-        self.credential_names: list[str] = list(policy.required_credentials)
+        self.credential_names: list[str] = list(grants["required_credentials"])
         for name in self.credential_names:
             self.fields[self._value_field(name)] = forms.CharField(
                 required=False,
@@ -392,6 +400,23 @@ def _facts_context(policy: Policy, names_set: set[str] | None) -> dict[str, Any]
     }
 
 
+class RejectedFilter(admin.SimpleListFilter):
+    """Rejected policies stay pending review (seed 000); this tells them apart."""
+
+    title = "rejected"
+    parameter_name = "rejected"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", approval.REJECTED_LABEL), ("no", "Not rejected")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Policy]) -> QuerySet[Policy]:
+        if self.value() == "yes":
+            return queryset.filter(approval.rejected_q())
+        if self.value() == "no":
+            return queryset.exclude(approval.rejected_q())
+        return queryset
+
+
 # --- Skill -----------------------------------------------------------------------------------
 
 
@@ -411,7 +436,7 @@ class PolicyInline(admin.TabularInline):
 
     @admin.display(description="status")
     def badge(self, obj: Policy) -> SafeString:
-        return status_badge(obj.status)
+        return policy_badge(obj)
 
     @admin.display(description="review")
     def review_link(self, obj: Policy) -> SafeString:
@@ -504,7 +529,7 @@ class SkillAdmin(admin.ModelAdmin):
                     reverse("admin:skills_policy_review", args=[p.pk]),
                     p.agent.name,
                     p.agent.name,
-                    status_badge(p.status),
+                    policy_badge(p),
                 )
                 for p in policies
             ),
@@ -638,9 +663,9 @@ class PolicyAdmin(admin.ModelAdmin):
         "updated_at",
     )
     list_display_links = ("skill_name",)
-    list_filter = ("status", "agent", "skill")
+    list_filter = ("status", RejectedFilter, "agent", "skill")
     search_fields = ("skill__name", "agent__name")
-    list_select_related = ("skill", "agent", "approved_by")
+    list_select_related = ("skill", "skill__current_version", "agent", "approved_by")
     actions = ("run_review", disable_for_agent, enable_for_agent)
     # The change page is replaced by the review page; these guard any other form path.
     readonly_fields = (
@@ -673,7 +698,7 @@ class PolicyAdmin(admin.ModelAdmin):
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: Policy) -> SafeString:
-        return status_badge(obj.status)
+        return policy_badge(obj)
 
     @admin.display(description="approved", ordering="approved_at")
     def approval(self, obj: Policy) -> str:
@@ -863,7 +888,10 @@ class PolicyAdmin(admin.ModelAdmin):
             "rollback_form": rollback_form,
             "can_change": can_change,
             "can_approve": can_approve,
-            "show_approve": can_change and can_approve and policy.status == PolicyStatus.REVIEWED,
+            # A rejected policy keeps its decision open: approving reviews it again first.
+            "show_approve": can_change
+            and can_approve
+            and (policy.status == PolicyStatus.REVIEWED or approval.policy_is_rejected(policy)),
             "show_reapprove": can_change
             and can_approve
             and policy.status == PolicyStatus.NEEDS_REAPPROVAL,
@@ -878,6 +906,7 @@ class PolicyAdmin(admin.ModelAdmin):
             "skill_url": reverse("admin:skills_skill_change", args=[skill.pk]),
             "approved_hash_matches": bool(version)
             and policy.approved_content_hash == (version.content_hash if version else ""),
+            "proposal": approval.approval_proposal(policy=policy).to_dict(),
             **_facts_context(policy, names_set),
         }
         return TemplateResponse(request, "admin/skills/policy/review.html", context)
@@ -913,14 +942,9 @@ class PolicyAdmin(admin.ModelAdmin):
             return form
         before = policy.status
         try:
-            with transaction.atomic():
-                services.policy_update(
-                    policy=policy.pk,
-                    actor=_actor(request),
-                    reason="edited at approval",
-                    **form.update_kwargs(),
-                )
-                approved = services.policy_approve(policy=policy.pk, actor=_actor(request))
+            approved = approval.skill_approve(
+                policy=policy.pk, actor=_actor(request), grants=form.update_kwargs()
+            )
         except SkillError as exc:
             messages.error(request, f"Not approved: {exc.message}")
             return form
@@ -944,7 +968,11 @@ class PolicyAdmin(admin.ModelAdmin):
         except SkillError as exc:
             messages.error(request, f"Not rejected: {exc.message}")
             return form
-        messages.success(request, "Rejected with your note; status: pending review.")
+        messages.success(
+            request,
+            "Rejected with your note; status: pending review (rejected — awaiting a new "
+            "version). You can still approve this version from this page.",
+        )
         return self._redirect(request)
 
     def _post_rollback(self, request: HttpRequest, policy: Policy) -> HttpResponse | RollbackForm:
@@ -993,7 +1021,7 @@ class PolicyAdmin(admin.ModelAdmin):
 # --- read-only history -----------------------------------------------------------------------
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+class ReadOnlyAdmin(PrettyJSONMixin, admin.ModelAdmin):
     """View-only: rows are created by services and never edited or deleted here."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -229,7 +229,7 @@ class Policy(FSMModelMixin, models.Model):
 
     def __str__(self) -> str:
         # Never include credential values here: __str__ feeds repr(), logs and the admin.
-        return f"{self.skill_id and self.skill.name} for agent {self.agent_id} ({self.status})"
+        return f"{self.skill_id and self.skill.name} for {self.agent_id and self.agent.name} ({self.status})"
 
     # --- transitions (in-memory only; services save and audit) ---------------------------------
 

@@ -131,8 +131,12 @@ class RunDetailSerializer(serializers.Serializer):
     tools = serializers.ListField(child=serializers.CharField())
     allowed_domains = serializers.ListField(child=serializers.CharField())
     result = serializers.DictField(allow_null=True)
-    attempt = serializers.DictField()
-    attempts = serializers.IntegerField()
+    attempt = serializers.DictField(
+        help_text="The current attempt: index (counts from 0), number (the same, counted from 1 "
+        "as the admin and the chat show it), status, iteration (LLM calls made so far), "
+        "max_iterations, failure."
+    )
+    attempts = serializers.IntegerField(help_text="Attempts started so far (1 for a new run).")
     max_attempts = serializers.IntegerField()
     pending_question = serializers.CharField(allow_null=True)
     missing_credentials = serializers.ListField(
@@ -140,7 +144,12 @@ class RunDetailSerializer(serializers.Serializer):
         help_text="Credential names the run waits for (set them through /api/v1/credentials/).",
     )
     pending_approval = serializers.DictField(allow_null=True)
-    steps = serializers.ListField(child=serializers.DictField())
+    steps = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="Tool calls in order: attempt and call_index count from 0; attempt_number and "
+        "call_number are the same counted from 1; iteration is the LLM call that asked for it "
+        "(from 1).",
+    )
     created_at = serializers.CharField()
     started_at = serializers.CharField(allow_null=True)
     completed_at = serializers.CharField(allow_null=True)
@@ -153,7 +162,9 @@ class RunTransitionSerializer(serializers.Serializer):
 
 
 class RunRetriedSerializer(RunTransitionSerializer):
-    attempt_index = serializers.IntegerField()
+    attempt_index = serializers.IntegerField(
+        help_text="The new attempt's index, counted from 0 (the second attempt is 1)."
+    )
 
 
 class RespondSerializer(serializers.Serializer):

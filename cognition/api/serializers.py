@@ -85,6 +85,10 @@ class SkillReviewSerializer(serializers.Serializer):
     facts = serializers.DictField(
         help_text="The deterministic review: domains, credential references, scripts, diff, …"
     )
+    proposal = serializers.DictField(
+        help_text="What approving now grants (tools, allowed_domains, required_credentials, "
+        "dependencies), what it adds to the policy (added) and the warnings to read first."
+    )
 
 
 class ApproveSerializer(serializers.Serializer):

@@ -44,10 +44,10 @@ from cognition.services import (
     personal_token_revoke,
 )
 from cognition.vault import normalize_name
+from skills.approval import skill_approve
 from skills.models import Policy, PolicyStatus
 from skills.services import (
     Actor,
-    policy_approve,
     policy_reject,
     policy_update,
 )
@@ -249,6 +249,12 @@ class SkillApproveView(PrincipalAPIView):
     @extend_schema(
         operation_id="skills_approve",
         summary="Approve the reviewed skill for the agent (consent-gated)",
+        description=(
+            "Approves with the proposed policy the review shows (GET …/review/ `proposal`): the "
+            "policy as it stands plus the hosts, credentials and tools the content uses that it "
+            "does not grant yet — unless a person edited the policy for this content, in which "
+            "case the edit stands. The same service decides for the admin and the chat."
+        ),
         parameters=[AGENT_PARAM, TRIGGER_PARAM],
         request=ApproveSerializer,
         responses={200: SkillDetailSerializer, **_errors(400, 401, 403, 404, 409)},
@@ -258,7 +264,7 @@ class SkillApproveView(PrincipalAPIView):
         actor = self.gate(request, "skill.approve")
         body = ApproveSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        policy = policy_approve(policy=policy, actor=actor, note=body.validated_data["note"])
+        policy = skill_approve(policy=policy, actor=actor, note=body.validated_data["note"])
         return Response(_detail(policy))
 
 

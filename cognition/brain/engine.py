@@ -90,15 +90,37 @@ def brain_tools(*, trigger: str, wake: dict[str, Any] | None = None) -> list[dic
 
 
 def history(*, conversation: Conversation) -> list[dict[str, Any]]:
-    """The last COGNITION_HISTORY_MESSAGES messages as chat-completion messages.
+    """The last COGNITION_HISTORY_MESSAGES messages as chat-completion messages, in a form every
+    OpenAI-compatible server accepts after the one system message: it starts with a user turn,
+    user and assistant turns alternate (adjacent user turns — a user's words and wake-up
+    events — are joined into one), and tool results follow the assistant turn that called them.
 
-    A window never starts with a tool result whose call was cut off (the API rejects those).
+    Events are user-role turns marked as notices (`event_content`), never mid-conversation
+    system messages, which several servers and chat templates reject.
     """
     limit = int(settings.COGNITION_HISTORY_MESSAGES)
     rows = list(conversation.messages.order_by("-id")[:limit])[::-1]
-    while rows and rows[0].role == MessageRole.TOOL:
+    # A window that starts inside an exchange (a tool result whose call was cut off, or the
+    # assistant's side) starts at the next user turn or event instead.
+    while rows and rows[0].role in (MessageRole.TOOL, MessageRole.ASSISTANT):
         rows.pop(0)
-    return [as_chat_message(row) for row in rows]
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        message = as_chat_message(row)
+        if message["role"] == "user" and out and out[-1]["role"] == "user":
+            out[-1] = {"role": "user", "content": f"{out[-1]['content']}\n\n{message['content']}"}
+        else:
+            out.append(message)
+    return out
+
+
+#: how an event turn introduces itself to the model (the system prompt explains the mark)
+EVENT_MARK = "[event: {trigger} — a notice from Motor Cortex, not the user's words]"
+
+
+def event_content(message: Message) -> str:
+    """An event (a run's result, a review card, a schedule) as the text of a user-role turn."""
+    return f"{EVENT_MARK.format(trigger=message.trigger)} {message.text}"
 
 
 def as_chat_message(message: Message) -> dict[str, Any]:
@@ -122,7 +144,7 @@ def as_chat_message(message: Message) -> dict[str, Any]:
             "tool_call_id": message.tool_call_id,
             "content": tool_content(message.tool_result),
         }
-    return {"role": "system", "content": f"[{message.trigger} event] {message.text}"}
+    return {"role": "user", "content": event_content(message)}
 
 
 def tool_content(result: Any) -> str:

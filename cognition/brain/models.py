@@ -64,7 +64,7 @@ class Conversation(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"conversation {self.pk} ({self.agent_id})"
+        return f"conversation {self.pk} with {self.agent_id and self.agent.name}"
 
 
 class Message(models.Model):

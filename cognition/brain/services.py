@@ -15,6 +15,9 @@ Interface (keyword-only; `actor` is who acts — a `Principal`, or a Django user
         turn holds the conversation longer than the wait). LLM failures do not raise: the turn
         ends with an event message {"type": "turn_error"}.
 
+    conversation_cancel_run(conversation_id=, run_id=, actor=) -> Message
+        The runs panel's Cancel button: core.task cancel as the human who clicked.
+
     conversation_approve_skill(conversation_id=, skill=, actor=, note="") -> Message
         The review card's Approve button: core.skill approve as the human who clicked (a human
         principal on a user_message trigger passes the consent gate). Returns the event message
@@ -252,6 +255,31 @@ def conversation_approve_skill(
         trigger=TurnTrigger.USER_MESSAGE,
         text=f"{actor.get_username()} approved skill {skill!r}; it is now {detail.get('status')}.",
         event={"type": "skill_approved", "skill": skill, "status": detail.get("status")},
+        author=actor,
+    )
+
+
+def conversation_cancel_run(
+    *, conversation_id: int, run_id: str, actor: AbstractBaseUser
+) -> Message:
+    """The runs panel's Cancel button: core.task cancel as the human who clicked, for a run of
+    this conversation's agent. Returns the event message {"type": "run_cancelled"}. Domain
+    errors (run not found, already finished) propagate and change nothing."""
+    principal = Principal.for_human(actor)
+    conversation = conversation_get(principal=principal, conversation_id=conversation_id)
+    result = core.core_task(
+        principal=principal,
+        agent=conversation.agent,
+        action="cancel",
+        trigger=TurnTrigger.USER_MESSAGE,
+        run_id=run_id,
+    )
+    return record(
+        conversation,
+        role=MessageRole.EVENT,
+        trigger=TurnTrigger.USER_MESSAGE,
+        text=f"{actor.get_username()} cancelled run {run_id}.",
+        event={"type": "run_cancelled", "run_id": run_id, "status": result.get("status")},
         author=actor,
     )
 
@@ -535,5 +563,6 @@ def _review_skills(*, conversation: Conversation, principal: Principal, names: l
                 "status": review.get("status"),
                 "reviewed_hash": review.get("reviewed_hash"),
                 "facts": review.get("facts"),
+                "proposal": review.get("proposal"),
             },
         )

@@ -20,6 +20,11 @@ urlpatterns = [
         name="chat-approve-skill",
     ),
     path(
+        "<int:conversation_id>/runs/<str:run_id>/cancel/",
+        views.chat_cancel_run,
+        name="chat-cancel-run",
+    ),
+    path(
         "<int:conversation_id>/runs/<str:run_id>/approve/",
         views.chat_approve_run,
         name="chat-approve-run",

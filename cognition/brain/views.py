@@ -11,6 +11,7 @@ import json
 from functools import wraps
 from typing import Any
 
+from django.contrib.admin.utils import quote
 from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -24,7 +25,7 @@ from cognition.models import Conversation, ConversationRun, Message, MessageRole
 from cognition.principals import Principal
 from cognition.selectors import agents_visible_to
 from runs.errors import RunError
-from runs.models import Attempt
+from runs.models import Attempt, MotorRun, RunStatus, Step, StepState
 from skills.errors import DomainError
 from skills.models import Policy
 
@@ -33,6 +34,8 @@ from .errors import ConversationNotFound
 
 #: most runs shown in the progress panel
 RUNS_SHOWN = 5
+#: most characters of a step's argument shown as the run's current step
+STEP_SUMMARY_CHARS = 80
 
 
 class ChatLoginView(LoginView):
@@ -115,7 +118,67 @@ def _render_messages(
     return out
 
 
-def _runs(conversation: Conversation) -> list[dict[str, Any]]:
+def _skill_statuses(conversation: Conversation) -> dict[str, str]:
+    """Each review card's skill → its policy status now (cards follow approvals made anywhere)."""
+    names = {
+        (event or {}).get("skill")
+        for event in conversation.messages.filter(
+            role=MessageRole.EVENT, event__type="skill_review"
+        ).values_list("event", flat=True)
+    }
+    names.discard(None)
+    if not names:
+        return {}
+    return dict(
+        Policy.objects.filter(agent=conversation.agent, skill__name__in=names).values_list(
+            "skill__name", "status"
+        )
+    )
+
+
+def _argument_summary(arguments: Any) -> str:
+    """The first string argument of a tool call (a URL, a path, a command), shortened."""
+    if isinstance(arguments, dict):
+        for value in arguments.values():
+            if isinstance(value, str) and value.strip():
+                line = value.strip().splitlines()[0]
+                return (
+                    line
+                    if len(line) <= STEP_SUMMARY_CHARS
+                    else line[: STEP_SUMMARY_CHARS - 1] + "…"
+                )
+    return ""
+
+
+def _current_step(run: MotorRun, attempt: Attempt | None) -> str:
+    """What the run is doing now (or did last), in words a person reads."""
+    if run.status == RunStatus.AWAITING_INPUT:
+        question = attempt.pending_question if attempt else ""
+        return f"waiting for an answer: {question}" if question else "waiting for an answer"
+    if run.status == RunStatus.AWAITING_APPROVAL:
+        return "waiting for an approval"
+    step = (
+        Step.objects.filter(attempt=attempt).order_by("-iteration", "-call_index").first()
+        if attempt
+        else None
+    )
+    if step is None:
+        return "starting" if run.is_active else ""
+    summary = _argument_summary(step.arguments)
+    label = f"{step.tool} {summary}".strip()
+    if step.state == StepState.INTENT and run.is_active:
+        return f"running {label}"
+    return f"last step: {label}"
+
+
+def _run_url(run: MotorRun, user: Any) -> str:
+    """The run's page: the admin's run console for staff who may view runs, else the API."""
+    if user.is_staff and user.has_perm("runs.view_motorrun"):
+        return reverse("admin:runs_motorrun_change", args=[quote(run.pk)])
+    return f"/api/v1/runs/{run.pk}/"
+
+
+def _runs(conversation: Conversation, user: Any) -> list[dict[str, Any]]:
     links = (
         ConversationRun.objects.filter(conversation=conversation)
         .select_related("run")
@@ -133,8 +196,14 @@ def _runs(conversation: Conversation) -> list[dict[str, Any]]:
                 "review": run.review,
                 "attempt": run.current_attempt_index + 1,
                 "max_attempts": run.max_attempts,
+                # LLM calls used so far of those allowed (a count: 1 after the first call)
                 "iteration": attempt.iteration if attempt else 0,
                 "max_iterations": attempt.max_iterations if attempt else 0,
+                "step": _current_step(run, attempt),
+                "url": _run_url(run, user),
+                "cancel_url": reverse("chat-cancel-run", args=[conversation.pk, run.pk])
+                if run.is_active
+                else "",
             }
         )
     return rows
@@ -183,7 +252,7 @@ def chat_detail(request: HttpRequest, conversation_id: int) -> HttpResponse:
             "conversation": conversation,
             "messages_html": rendered,
             "last_id": messages[-1].pk if messages else 0,
-            "runs_json": _runs(conversation),
+            "runs_json": _runs(conversation, request.user),
         },
     )
 
@@ -211,7 +280,8 @@ def chat_state(request: HttpRequest, conversation_id: int) -> JsonResponse:
             "pending_question": conversation.pending_question,
             "pending_run_id": conversation.pending_run_id,
             "messages": _render_messages(request, conversation, messages),
-            "runs": _runs(conversation),
+            "runs": _runs(conversation, request.user),
+            "skills": _skill_statuses(conversation),
         }
     )
 
@@ -259,6 +329,22 @@ def chat_approve_run(request: HttpRequest, conversation_id: int, run_id: str) ->
     try:
         conversation = _conversation(request, conversation_id)
         message = services.conversation_approve_run_action(
+            conversation_id=conversation.pk, run_id=run_id, actor=request.user
+        )
+    except (CognitionError, DomainError, RunError) as exc:
+        return _domain_error(exc)
+    return JsonResponse(
+        {"messages": _render_messages(request, conversation, [message])}, status=200
+    )
+
+
+@_login_required
+@require_POST
+def chat_cancel_run(request: HttpRequest, conversation_id: int, run_id: str) -> JsonResponse:
+    """The runs panel's Cancel button: core.task cancel as the human who clicked."""
+    try:
+        conversation = _conversation(request, conversation_id)
+        message = services.conversation_cancel_run(
             conversation_id=conversation.pk, run_id=run_id, actor=request.user
         )
     except (CognitionError, DomainError, RunError) as exc:

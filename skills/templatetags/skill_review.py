@@ -17,8 +17,9 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from skills.approval import REJECTED_LABEL, policy_is_rejected
 from skills.bundle.paths import BIDI_CHARS, ZERO_WIDTH_CHARS
-from skills.models import PolicyStatus
+from skills.models import Policy, PolicyStatus
 
 register = template.Library()
 
@@ -52,6 +53,15 @@ def status_badge(status: str) -> SafeString:
     except ValueError:
         label = status or "none"
     return format_html('<span class="mc-badge mc-badge--{}">{}</span>', status or "none", label)
+
+
+@register.filter
+def policy_badge(policy: Policy) -> SafeString:
+    """The policy's status badge; a rejected policy (still pending review, as seed 000 keeps it)
+    reads "Rejected — awaiting a new version"."""
+    if policy_is_rejected(policy):
+        return format_html('<span class="mc-badge mc-badge--rejected">{}</span>', REJECTED_LABEL)
+    return status_badge(policy.status)
 
 
 @register.filter

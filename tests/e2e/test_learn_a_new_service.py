@@ -164,12 +164,17 @@ def test_scenario_1_a_new_service_becomes_an_approved_skill(
     )
     post(olivia, chat, "Yes, activate it and allow api.agentmail.to")
 
-    # then the skill is approved for alpha with that domain, as olivia
+    # then the skill is approved for alpha with that domain, as olivia, and with the tools and
+    # the credential its content uses (the approval's proposal), so its next run can work
     policy.refresh_from_db()
     assert (policy.status, policy.allowed_domains, policy.approved_by) == (
         PolicyStatus.APPROVED,
         ["api.agentmail.to"],
         world.olivia,
+    )
+    assert (policy.tools, policy.required_credentials) == (
+        ["bash", "fetch", "list", "read", "write"],
+        ["AGENTMAIL_API_KEY"],
     )
     assert policy.approved_content_hash == version.content_hash
     assert list(
@@ -179,6 +184,7 @@ def test_scenario_1_a_new_service_becomes_an_approved_skill(
     ) == [
         ("policy_created", f"run {run_id}", "pending_review"),
         ("reviewed", "agent:alpha", "reviewed"),
+        ("policy_updated", "api:olivia", "reviewed"),
         ("policy_updated", "api:olivia", "reviewed"),
         ("approved", "api:olivia", "approved"),
     ]

@@ -172,7 +172,10 @@ def test_scenario_7_a_skill_fetched_from_a_url_keeps_its_provenance(
         ("policy_created", f"run {run_id}"),
         ("reviewed", "agent:alpha"),
         ("policy_updated", "api:olivia"),
+        # the approval grants what the content uses beyond her edit (tools, its credential)
+        ("policy_updated", "api:olivia"),
         ("approved", "api:olivia"),
     ]
+    assert policy.tools and policy.required_credentials == ["AGENTMAIL_API_KEY"]
     assert shown(chat, since=mark)[-1] == ("assistant", "", "AgentMail from skills.sh is approved.")
     assert stack.scripts_spent() == {"fast": 0, "smart": 0, "motor": 0}

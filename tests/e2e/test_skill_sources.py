@@ -113,6 +113,8 @@ def test_scenario_5_a_second_agent_must_approve_the_shared_skill_itself(
         ("policy_created", "needs_reapproval"),
         ("reviewed", "reviewed"),
         ("policy_updated", "reviewed"),
+        # the approval grants what the content uses beyond her edit (its tools and credential)
+        ("policy_updated", "reviewed"),
         ("approved", "approved"),
     ]
     _no_run_happened(stack)

@@ -167,3 +167,29 @@ def test_approving_the_exact_action_resumes_the_run(
     assert approval.status == ApprovalStatus.CONSUMED
     assert MotorRun.objects.get(pk=run_id).status == RunStatus.RUNNING
     assert RunEvent.objects.filter(run_id=run_id).last().actor == "admin:ann"
+
+
+def test_a_completed_run_reads_as_finished_with_steps_counted_from_one(
+    page: Page, admin_login, artifacts_dir: Path, agent, scripted_llm
+) -> None:
+    # given a run that made one tool call and completed
+    run_id = run_start(agent_id=agent.pk, task="Say hi after a look", actor="test")["run_id"]
+    scripted_llm.add(reply_tools(tool_call("nope", {"a": 1})), reply_text("Hi."))
+    drive(run_id, scripted_llm.client())
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
+    _controller("cai")
+    admin_login("cai", PASSWORD)
+
+    # when the runs list and the run's console are opened
+    page.goto("/admin/runs/motorrun/")
+    row = page.locator("#result_list tbody tr", has_text=run_id)
+
+    # then the list shows what the run used, without a progress bar
+    expect(row).to_contain_text("2 iterations")
+    expect(row.locator(".mc-progress__bar")).to_have_count(0)
+    page.screenshot(path=str(artifacts_dir / "admin-runs-list-finished.png"), full_page=True)
+    row.get_by_role("link", name=run_id).click()
+    expect(page.locator("#run-progress .mc-progress__bar")).to_have_count(0)
+    expect(page.locator("#trace")).to_contain_text("attempt 1")
+    expect(page.locator("#trace")).to_contain_text("iteration 1 · call 1")
+    page.screenshot(path=str(artifacts_dir / "admin-run-finished.png"), full_page=True)

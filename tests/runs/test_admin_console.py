@@ -582,3 +582,43 @@ def test_a_run_waiting_for_credentials_offers_no_answer_form(agent, scripted_llm
     assert "Waiting for the credential\n    <code>api_key</code>:" in page
     assert "set it under <strong>Credentials</strong> in this admin" in page
     assert 'id="answer-form"' not in page
+
+
+# --- reading numbers and structured data -----------------------------------------------------
+
+
+def test_a_finished_run_has_no_progress_bar_and_steps_count_from_one(agent, scripted_llm):
+    # given a run awaiting input (one tool call) and a completed run
+    asking = _asking_run(agent, scripted_llm)
+    done = _completed_run(Agent.objects.create(name="other", owner=agent.owner), scripted_llm)
+    client = _client(_user("nia", VIEW))
+
+    # when the list and the asking run's console are opened
+    listing = client.get(reverse("admin:runs_motorrun_changelist")).content.decode()
+    console = client.get(_url("change", asking)).content.decode()
+    finished = client.get(_url("change", done)).content.decode()
+
+    # then only the active run has a bar; the finished one says what it used
+    assert listing.count('class="mc-progress__bar"') == 1
+    assert '<span class="mc-meta" title="LLM calls of the last attempt">1 iteration</span>' in (
+        listing
+    )
+    assert 'class="mc-progress__bar"' not in finished
+    # and the trace counts attempts, iterations and calls from 1
+    assert "attempt 1<br>iteration 1 · call 1" in console
+    assert "iteration 1.0" not in console
+
+
+def test_signal_payloads_and_audit_rows_are_shown_indented_with_names(agent, scripted_llm):
+    # given a signal of a run that asked a question
+    run_id = _asking_run(agent, scripted_llm)
+    signal = Signal.objects.get(run_id=run_id)
+    client = _client(_user("pia", ["runs.view_signal"]))
+
+    # when its page is opened
+    page = client.get(reverse("admin:runs_signal_change", args=[quote(signal.pk)])).content.decode()
+
+    # then the payload is indented JSON in a <pre>, and the title names the agent
+    assert '<pre class="mc-json">{\n  &quot;question&quot;: &quot;CSV or JSON?&quot;' in page
+    assert f"for agent {agent.name}" in page
+    assert f"for agent {agent.pk}<" not in page

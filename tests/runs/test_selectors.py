@@ -42,6 +42,22 @@ def test_status_shows_the_pending_question_and_the_steps(agent, scripted_llm):
     assert run_status(run_id="run_missing") is None
 
 
+def test_status_gives_indexes_from_0_and_numbers_from_1(agent, scripted_llm):
+    # given a run whose first attempt made one tool call
+    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Which one?"})))
+    drive(run_id, scripted_llm.client())
+
+    status = run_status(run_id=run_id)
+
+    # then the indexes keep their meaning and the numbers are what a person reads
+    assert (status["attempt"]["index"], status["attempt"]["number"]) == (0, 1)
+    assert status["attempts"] == 1
+    (step,) = status["steps"]
+    assert (step["attempt"], step["attempt_number"]) == (0, 1)
+    assert (step["iteration"], step["call_index"], step["call_number"]) == (1, 0, 1)
+
+
 def test_log_lists_transitions_and_calls(agent, scripted_llm):
     run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
     scripted_llm.add(reply_tools(tool_call("tool_0", {"a": 1})), reply_text("done"))
@@ -51,7 +67,7 @@ def test_log_lists_transitions_and_calls(agent, scripted_llm):
     assert [line.split(" ", 1)[1] if line[:1].isdigit() else line for line in lines] == [
         "- -> created by t",
         "created -> running by worker:test-worker",
-        'attempt 0 iteration 1.0 tool_0 {"a": 1} -> error denied',
+        'attempt 1, iteration 1, call 1: tool_0 {"a": 1} -> error denied',
         "  tool 'tool_0' is not granted to this run (granted: none)",
         "running -> completed by worker:test-worker",
     ]

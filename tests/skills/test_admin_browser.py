@@ -71,9 +71,23 @@ def test_approver_reviews_facts_sets_domains_and_approves(
     expect(page.locator("#skill-md-rendered")).to_contain_text(
         "<script>alert('raw html in a skill')</script>"
     )
+    # and the decision shows the proposal every face approves with: what the content uses
+    # beyond the policy is pre-filled in the form and named as a warning
+    proposal = page.locator("#approval-proposal")
+    expect(proposal.locator("[data-code=grants_allowed_domains]")).to_contain_text(
+        "uses more than the policy grants"
+    )
+    expect(proposal.locator(".approval-grants")).to_contain_text("WEATHER_TOKEN")
+    # (the installer's host is named in a dangerous pattern: withheld, with a warning)
+    expect(page.locator("#id_allowed_domains")).to_have_value("api.open-meteo.com")
+    expect(proposal.locator("[data-code=withheld_allowed_domains]")).to_contain_text(
+        "get.weather-tools.dev"
+    )
+    for tool in ("bash", "code", "fetch", "read"):
+        expect(page.locator(f"input[name=tools][value={tool}]")).to_be_checked()
     page.screenshot(path=str(artifacts_dir / "admin-review.png"), full_page=True)
 
-    # when the user fills in the domains and approves
+    # when the user narrows the domains and approves
     page.fill("#id_allowed_domains", "api.open-meteo.com")
     page.click("#btn-approve")
 
@@ -127,6 +141,19 @@ def test_reject_needs_a_note_and_records_it(
         PolicyStatus.PENDING_REVIEW,
         "Do not pipe a download into sh; vendor the helper instead.",
     )
+    # and it reads as rejected, with the decision still open
+    expect(page.locator("#policy-status .mc-badge--rejected")).to_have_text(
+        "Rejected — awaiting a new version"
+    )
+    expect(page.locator("#btn-approve")).to_be_visible()
+
+    # when the user changes their mind and approves this version after all
+    page.click("#btn-approve")
+
+    # then it is approved (reviewed again first) without a "Run review" in between
+    expect(page.locator("#policy-status .mc-badge--approved")).to_have_text("Approved")
+    policy.refresh_from_db()
+    assert policy.status == PolicyStatus.APPROVED
 
 
 def test_new_content_is_reviewed_against_the_approved_version_and_can_be_rolled_back(

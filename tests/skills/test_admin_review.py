@@ -114,7 +114,8 @@ def test_reopening_a_rejected_policy_does_not_review_it_again(
     # when the page is opened again
     response = client.get(review_url(policy))
 
-    # then it stays pending, with its facts, the note and a button to review again
+    # then it stays pending (seed 000), shown as rejected, with its facts, the note, a button to
+    # review again and the decision still open
     policy.refresh_from_db()
     assert policy.status == PolicyStatus.PENDING_REVIEW
     assert audit_actions(policy) == [
@@ -123,9 +124,94 @@ def test_reopening_a_rejected_policy_does_not_review_it_again(
         AuditAction.REJECTED,
     ]
     html = response.content.decode()
+    assert (
+        '<span id="policy-status"><span class="mc-badge mc-badge--rejected">'
+        "Rejected — awaiting a new version</span></span>" in html
+    )
     assert "Vendor the installer." in html
     assert 'id="btn-review"' in html
-    assert 'id="btn-approve"' not in html
+    assert 'id="btn-approve"' in html
+
+
+def test_a_rejected_policy_can_still_be_approved_from_its_page(
+    approver: User, policy: Policy
+) -> None:
+    # given a policy that was reviewed and then rejected
+    client = logged_in(approver)
+    client.get(review_url(policy))
+    client.post(review_url(policy), {"action": "reject", "note": "Vendor the installer."})
+
+    # when the approver changes their mind and approves from the page as it is shown
+    page = client.get(review_url(policy)).content.decode()
+    assert 'id="btn-approve"' in page
+    response = client.post(
+        review_url(policy),
+        {
+            "action": "approve",
+            "allowed_domains": "api.open-meteo.com",
+            "required_credentials": "WEATHER_TOKEN",
+            "tools": ["read", "code"],
+            "dependencies": "",
+        },
+    )
+
+    # then the content is reviewed again and approved, in that order, by the approver
+    assert response.status_code == 302
+    policy.refresh_from_db()
+    assert policy.status == PolicyStatus.APPROVED
+    assert policy.rejection_note == ""
+    assert audit_actions(policy) == [
+        AuditAction.POLICY_CREATED,
+        AuditAction.REVIEWED,
+        AuditAction.REJECTED,
+        AuditAction.REVIEWED,
+        AuditAction.POLICY_UPDATED,
+        AuditAction.APPROVED,
+    ]
+
+
+def test_rejected_policies_have_a_badge_and_a_list_filter(
+    approver: User, policy: Policy, tmp_path: Path
+) -> None:
+    # given one rejected policy and one merely pending policy of the same skill
+    other = import_skill(tmp_path / "b", agent=make_agent("ranger"), name="weather-report")
+    client = logged_in(approver)
+    client.get(review_url(policy))
+    client.post(review_url(policy), {"action": "reject", "note": "Vendor the installer."})
+    other.refresh_from_db()
+    assert (policy.status, other.status) == (PolicyStatus.PENDING_REVIEW,) * 2
+
+    # when the list is shown whole, then filtered to the rejected ones and to the others
+    url = reverse("admin:skills_policy_changelist")
+    everything = client.get(url).content.decode()
+    rejected = client.get(url, {"rejected": "yes"}).content.decode()
+    not_rejected = client.get(url, {"rejected": "no"}).content.decode()
+
+    # then the rejected one reads so, and each filter keeps only its policy
+    assert "Rejected — awaiting a new version" in everything
+    assert '<span class="mc-badge mc-badge--pending_review">Pending review</span>' in everything
+    assert rejected.count('class="mc-badge mc-badge--') == 1
+    assert "mc-badge--rejected" in rejected
+    assert not_rejected.count('class="mc-badge mc-badge--') == 1
+    assert "mc-badge--pending_review" in not_rejected
+
+
+def test_a_new_version_after_a_reject_is_no_longer_shown_as_rejected(
+    approver: User, policy: Policy, tmp_path: Path
+) -> None:
+    # given a rejected policy
+    client = logged_in(approver)
+    client.get(review_url(policy))
+    client.post(review_url(policy), {"action": "reject", "note": "Vendor the installer."})
+
+    # when a new version of the skill is installed
+    changed = {**WEATHER_SKILL, "references/fields.md": "# Fields\n\nNow in Kelvin.\n"}
+    import_skill(tmp_path / "v2", agent=policy.agent, files=changed)
+
+    # then the list shows it pending review again, not rejected
+    page = client.get(reverse("admin:skills_policy_changelist")).content.decode()
+    assert "mc-badge--rejected" not in page
+    assert "mc-badge--pending_review" in page
 
 
 def test_reject_without_a_note_is_refused_and_changes_nothing(
@@ -639,3 +725,28 @@ def test_the_review_page_lists_agent_skills_spec_findings(approver: User, tmp_pa
     ]
     assert 'id="spec-findings"' in html and 'id="spec-none"' not in html
     assert "spec-unknown-field" in html and escape(findings[0]["message"]) in html
+
+
+def test_an_audit_row_shows_its_changes_indented_and_the_policy_by_names(
+    approver: User, policy: Policy
+) -> None:
+    # given a policy edit recorded in the audit trail
+    from skills.services import policy_update
+
+    policy_update(
+        policy=policy.pk, actor=Actor.from_user(approver), allowed_domains=["api.open-meteo.com"]
+    )
+    event = PolicyAuditEvent.objects.get(policy=policy, action=AuditAction.POLICY_UPDATED)
+    client = logged_in(make_user("audrey", perms=["skills.view_policyauditevent"]))
+
+    # when the audit row is opened
+    page = client.get(
+        reverse("admin:skills_policyauditevent_change", args=[event.pk])
+    ).content.decode()
+
+    # then its changes are indented JSON and the policy is named by skill and agent
+    assert (
+        '<pre class="mc-json">{\n  &quot;allowed_domains&quot;: {\n    &quot;from&quot;: [],'
+        in page
+    )
+    assert "weather-report for scout (pending_review)" in page

@@ -180,3 +180,109 @@ def test_run_progress_and_an_approval_card_allowed_by_a_click(
     expect(card.locator(".approved")).to_have_text("Allowed.")
     assert MotorRun.objects.get(pk=run_id).status == RunStatus.RUNNING
     expect(run_row).to_contain_text("running")
+
+
+def test_a_card_drops_its_approve_button_when_the_skill_is_approved_in_words(
+    page: Page, world: World, brain_llm, artifacts_dir
+) -> None:
+    # given olivia's conversation shows a review card for mailer
+    conversation = Conversation.objects.create(agent=world.alpha, user=world.olivia)
+    skill_import_pasted(text=skill_md("mailer"), actor=Actor.system("run"), agent=world.alpha)
+    signal = signal_emit(
+        agent_id=world.alpha.pk,
+        kind=SignalKind.MOTOR_RESULT,
+        payload={
+            "run_id": "run_w",
+            "status": "completed",
+            "result": {"ok": True, "summary": "ok", "skills": {"created": ["mailer"]}},
+        },
+    )
+    brain_llm.add(reply_text("Approve mailer?"))
+    brain_wake_handle(signal_id=signal.pk)
+    _log_in(page, "olivia")
+    page.goto(f"/chat/{conversation.pk}/")
+    card = page.locator(".review-card[data-skill=mailer]")
+    expect(card.get_by_role("button", name="Approve mailer")).to_be_visible()
+    # and the card shows what approving grants and the warning that it is more than the policy
+    expect(card.locator(".approval-grants")).to_contain_text("api.agentmail.to")
+    expect(card.locator("[data-code=grants_allowed_domains]")).to_contain_text(
+        "uses more than the policy grants"
+    )
+
+    # when she approves in her own words (the brain calls core.skill approve)
+    from tests.fixtures.llm import reply_tools, tool_call
+
+    brain_llm.add(
+        reply_tools(tool_call("core_skill", {"action": "approve", "name": "mailer"})),
+        reply_text("mailer is approved."),
+    )
+    page.fill("#text", "Yes, approve mailer")
+    page.click("#send-button")
+
+    # then, without a reload, the card reads approved and has no button
+    expect(card.locator(".card-status")).to_have_text("approved")
+    expect(card.locator(".approved")).to_have_text("Approved.")
+    expect(card.get_by_role("button")).to_have_count(0)
+    expect(card.locator(".approval-proposal")).to_have_count(0)
+    assert Policy.objects.get(agent=world.alpha).status == PolicyStatus.APPROVED
+    page.screenshot(path=str(artifacts_dir / "chat-card-approved-in-words.png"), full_page=True)
+
+
+def test_the_runs_panel_shows_the_current_step_a_link_and_cancels_a_run(
+    page: Page, world: World, brain_llm, settings, tmp_path, artifacts_dir
+) -> None:
+    from cognition.brain.services import conversation_post_message
+    from runs.models import MotorRun, RunStatus
+    from tests.fixtures.llm import ScriptedLLM, reply_tools, tool_call
+    from tests.runs.helpers import drive
+
+    settings.MOTOR_WORKSPACES_DIR = tmp_path / "workspaces"
+    settings.MOTOR_WORKSPACES_DIR.mkdir()
+    # given a run of olivia's conversation paused before an action that needs approval
+    conversation = Conversation.objects.create(agent=world.alpha, user=world.olivia, title="files")
+    brain_llm.add(
+        reply_tools(
+            tool_call(
+                "core_act",
+                {
+                    "mode": "agentic",
+                    "task": "Write out.txt",
+                    "tools": ["bash"],
+                    "domains": [],
+                    "approval_required": True,
+                },
+            )
+        ),
+        reply_text("Started a run."),
+    )
+    added = conversation_post_message(
+        conversation_id=conversation.pk, text="write out.txt", actor=world.olivia
+    )
+    run_id = added[2].tool_result["result"]["run_id"]
+    drive(
+        run_id, ScriptedLLM().add(reply_tools(tool_call("bash", {"command": "echo hi"}))).client()
+    )
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.AWAITING_APPROVAL
+
+    # when she opens the conversation
+    _log_in(page, "olivia")
+    page.goto(f"/chat/{conversation.pk}/")
+
+    # then the run shows what it is doing, a link to its page and a Cancel button
+    row = page.locator(f".run[data-run-id={run_id}]")
+    expect(row.locator(".step")).to_have_text("waiting for an approval")
+    # (olivia may not view runs in the admin, so the link is the run in the API)
+    expect(row.locator("a.run-link")).to_have_attribute("href", f"/api/v1/runs/{run_id}/")
+    page.screenshot(path=str(artifacts_dir / "chat-runs-panel.png"), full_page=True)
+
+    # when she clicks Cancel
+    row.get_by_role("button", name="Cancel").click()
+
+    # then the run is cancelled, by her, and the panel shows it without a Cancel button
+    expect(row).to_contain_text("cancelled")
+    expect(row.get_by_role("button", name="Cancel")).to_have_count(0)
+    expect(row.locator(".bar")).to_have_count(0)
+    expect(row.locator(".step")).to_have_text("last step: bash echo hi")
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.CANCELLED
+    expect(page.locator(".event-run_cancelled")).to_contain_text(f"olivia cancelled run {run_id}")
+    page.screenshot(path=str(artifacts_dir / "chat-run-cancelled.png"), full_page=True)

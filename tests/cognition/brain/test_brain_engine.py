@@ -148,3 +148,114 @@ def test_bad_input_and_strangers_store_nothing(world: World, chat: Conversation,
         conversation_post_message(conversation_id=chat.pk, text="hi", actor=world.bob)
     assert Message.objects.count() == 0
     assert scripted_llm.requests == []
+
+
+def _roles_accepted_by_every_server(messages: list[dict]) -> None:
+    """One system message, first; then user and assistant alternate (tool results follow the
+    assistant message that called them) — the strictest chat templates (Mistral, Gemma) and
+    the hosted APIs all accept this."""
+    roles = [m["role"] for m in messages]
+    assert roles[0] == "system" and "system" not in roles[1:]
+    assert roles[1] == "user"
+    spoken = [m for m in messages[1:] if m["role"] != "tool"]
+    for a, b in zip(spoken, spoken[1:], strict=False):
+        # two assistant turns in a row only around a tool exchange
+        assert a["role"] != b["role"] or (a["role"] == "assistant" and a.get("tool_calls")), roles
+    for index, role in enumerate(roles):
+        if role == "tool":
+            assert roles[index - 1] in ("assistant", "tool")
+
+
+def test_wake_up_events_reach_the_model_as_marked_user_turns_never_as_mid_system_messages(
+    world: World, chat: Conversation, scripted_llm
+) -> None:
+    # given a conversation where a run was started, then two wake-up events arrived in a row
+    Message.objects.create(
+        conversation=chat, role="user", trigger="user_message", text="Learn AgentMail."
+    )
+    Message.objects.create(
+        conversation=chat, role="assistant", trigger="user_message", text="Started run_1."
+    )
+    Message.objects.create(
+        conversation=chat,
+        role="event",
+        trigger="motor_result",
+        text="Run run_1 completed: Created the agentmail skill.",
+        event={"type": "motor_result", "status": "completed"},
+    )
+    Message.objects.create(
+        conversation=chat,
+        role="event",
+        trigger="motor_result",
+        text="Skill 'agentmail' is reviewed and waits for your approval.",
+        event={"type": "skill_review", "skill": "agentmail"},
+    )
+    Message.objects.create(
+        conversation=chat, role="assistant", trigger="motor_result", text="Approve agentmail?"
+    )
+    scripted_llm.add(reply_text("Done."))
+
+    # when olivia answers (through the real openai client)
+    conversation_post_message(
+        conversation_id=chat.pk, text="Yes.", actor=world.olivia, client=scripted_llm.client()
+    )
+
+    # then the events went as one user turn marked as events, and the order is accepted by all
+    sent = scripted_llm.requests[0]["messages"]
+    assert sent[1:] == [
+        {"role": "user", "content": "Learn AgentMail."},
+        {"role": "assistant", "content": "Started run_1."},
+        {
+            "role": "user",
+            "content": "[event: motor_result — a notice from Motor Cortex, not the user's words] "
+            "Run run_1 completed: Created the agentmail skill.\n\n"
+            "[event: motor_result — a notice from Motor Cortex, not the user's words] "
+            "Skill 'agentmail' is reviewed and waits for your approval.",
+        },
+        {"role": "assistant", "content": "Approve agentmail?"},
+        {"role": "user", "content": "Yes."},
+    ]
+    _roles_accepted_by_every_server(sent)
+    assert "[event: …] are notices from Motor Cortex" in sent[0]["content"]
+
+
+def test_a_wake_turn_after_tool_calls_keeps_an_order_every_server_accepts(
+    world: World, chat: Conversation, scripted_llm
+) -> None:
+    # given olivia asked for a run and the brain started it with a tool call
+    scripted_llm.add(
+        reply_tools(tool_call("core_skill", {"action": "list"}, call_id="c9")),
+        reply_text("Listed."),
+    )
+    conversation_post_message(
+        conversation_id=chat.pk,
+        text="List skills.",
+        actor=world.olivia,
+        client=scripted_llm.client(),
+    )
+    # when an event arrives and the brain plays a turn on it
+    from cognition.brain.engine import turn_run
+    from cognition.brain.models import TurnTrigger
+    from cognition.principals import Principal
+
+    Message.objects.create(
+        conversation=chat,
+        role="event",
+        trigger="motor_result",
+        text="Run run_2 failed: timeout.",
+        event={"type": "motor_result", "status": "failed"},
+    )
+    scripted_llm.add(reply_text("The run timed out."))
+    turn_run(
+        conversation=chat,
+        trigger=TurnTrigger.MOTOR_RESULT,
+        principal=Principal.for_agent(world.alpha),
+        wake={"status": "failed"},
+        client=scripted_llm.client(),
+    )
+
+    # then the wake request ends with the event as a user turn, after the tool exchange
+    sent = scripted_llm.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert sent[-1]["content"].startswith("[event: motor_result")
+    _roles_accepted_by_every_server(sent)
