@@ -162,6 +162,15 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # seconds before an unacknowledged message is redelivered; runs hold a DB lease instead
     "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
 }
+# A lost broker connection is retried for ever (a broker outage of any length ends when it comes
+# back; the process supervisor covers anything that ends the worker anyway), at start too.
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# Slices keep running through a broker outage: they hold a database lease, not the message.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+# Survives a Redis broker going away with messages unacknowledged (config/celery.py).
+CELERY_WORKER_CONSUMER = "config.celery:BrokerLossConsumer"
 CELERY_RESULT_EXPIRES = 3600  # seconds
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
@@ -251,6 +260,9 @@ MOTOR_CALL_WATCH_INTERVAL_SECONDS = env.float("MOTOR_CALL_WATCH_INTERVAL_SECONDS
 # seconds between reaper passes (lost wake-ups, expired approvals, unanswered questions)
 MOTOR_REAPER_INTERVAL_SECONDS = env.int("MOTOR_REAPER_INTERVAL_SECONDS", default=60)
 
+# seconds between sends of the run wake-ups the broker refused while it was unreachable
+MOTOR_WAKEUP_SWEEP_INTERVAL_SECONDS = env.int("MOTOR_WAKEUP_SWEEP_INTERVAL_SECONDS", default=10)
+
 # --- signal delivery to the brain (cognition.delivery, cognition.api.signals) -------------------
 # seconds one webhook POST may take (connect + send + answer) before it counts as a failed attempt
 MOTOR_WEBHOOK_TIMEOUT_SECONDS = env.float("MOTOR_WEBHOOK_TIMEOUT_SECONDS", default=10.0)
@@ -317,6 +329,10 @@ CELERY_BEAT_SCHEDULE = {
     "motor-reaper": {
         "task": "runs.run_reap",
         "schedule": float(MOTOR_REAPER_INTERVAL_SECONDS),
+    },
+    "motor-wakeup-sweeper": {
+        "task": "runs.wakeups_send_pending",
+        "schedule": float(MOTOR_WAKEUP_SWEEP_INTERVAL_SECONDS),
     },
     "signal-delivery-sweeper": {
         "task": "cognition.signal_delivery_sweep",

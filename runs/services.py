@@ -94,7 +94,6 @@ from runs.mutex import mutex_hold, mutex_release, mutex_reserve
 from runs.outbox import signal_emit
 from runs.prompts import build_system_prompt
 from runs.sessions import CallWatch, open_run_sessions, run_session_close
-from runs.tasks import run_step_task
 from runs.tools import (
     ASK_USER,
     INTERRUPTED,
@@ -110,6 +109,7 @@ from runs.tools import (
     parse_arguments,
     tool_message_content,
 )
+from runs.wakeups import wake_up
 
 logger = logging.getLogger(__name__)
 
@@ -146,12 +146,10 @@ class SliceOutcome(enum.StrEnum):
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _enqueue_step(run_id: str, token: int, ahead: dict[str, Any] | None = None) -> None:
-    """Wake a worker for the run; `token` is the lease token the message is meant for, `ahead`
-    what a new run's first LLM request is made of (see `FirstCallAhead`)."""
-    queue = getattr(settings, "MOTOR_RUN_QUEUE", "") or None
-    kwargs = {"ahead": ahead} if ahead is not None else {}
-    run_step_task.apply_async(args=[run_id, token], kwargs=kwargs, queue=queue)
+def _enqueue_step(run_id: str, token: int) -> None:
+    """Wake a worker for the run; `token` is the lease token the message is meant for. An
+    unreachable broker leaves the message in the outbox (runs.wakeups)."""
+    wake_up(run_id, token)
 
 
 def _event(run: MotorRun, *, from_status: str, actor: str, **detail: object) -> None:
@@ -414,7 +412,9 @@ def run_start(
         ahead = FirstCallAhead.inputs(run)
         # The first message goes out with the insert (see ledger_insert), whose foreign key
         # checks that the agent exists; the fast-path key is extended once it committed.
-        ledger_insert(run, attempt, event, announce=lambda: _enqueue_step(run_id, 0, ahead))
+        ledger_insert(
+            run, attempt, event, announce=lambda: wake_up(run_id, 0, ahead, remember=False)
+        )
         transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
     except IntegrityError as exc:
         if reserved:

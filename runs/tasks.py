@@ -51,3 +51,11 @@ def run_reemit_pending_questions_task(asked_before: str | None = None) -> int:
 
     cutoff = datetime.fromisoformat(asked_before) if asked_before else None
     return len(run_reemit_pending_questions(asked_before=cutoff))
+
+
+@shared_task(name="runs.wakeups_send_pending", ignore_result=True)
+def wakeups_send_pending_task() -> int:
+    """Periodic (celery-beat): send the run wake-ups the broker refused while unreachable."""
+    from runs.wakeups import wakeups_send_pending
+
+    return wakeups_send_pending()
