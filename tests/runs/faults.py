@@ -124,25 +124,26 @@ def private_redis(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Re
 
 
 @pytest.fixture
-def broker_is_private_redis(private_redis: RedisServer, settings: Any) -> Iterator[RedisServer]:
+def broker_is_private_redis(
+    private_redis: RedisServer, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RedisServer]:
     """Point this test process's Celery producer and run mutex at the private Redis."""
     from config.celery import app
 
-    saved = app.conf.broker_url
-    settings.MOTOR_MUTEX_REDIS_URL = private_redis.url
-
     def reset_pools() -> None:
-        # Celery keeps a connection pool and a producer pool per app, made from broker_url once
-        # (kombu's pools, keyed by URL, stay open for the next test).
+        # Celery keeps a connection pool and a producer pool per app, made from the broker URL
+        # once (kombu's pools, keyed by URL, stay open for the next test).
         app._pool = None
         app.amqp._producer_pool = None
 
-    app.conf.broker_url = private_redis.url
+    # Celery reads CELERY_BROKER_URL from the environment before its configuration.
+    monkeypatch.setenv("CELERY_BROKER_URL", private_redis.url)
+    settings.MOTOR_MUTEX_REDIS_URL = private_redis.url
     reset_pools()
     try:
         yield private_redis
     finally:
-        app.conf.broker_url = saved
+        monkeypatch.undo()
         reset_pools()
 
 
