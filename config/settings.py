@@ -231,6 +231,9 @@ COGNITION_BRAIN_QUEUE = env.str("COGNITION_BRAIN_QUEUE", default="")
 # --- the motor runtime ---------------------------------------------------------------------------
 # seconds a worker holds a run's execution lease before the reaper may hand the run to another
 MOTOR_LEASE_TTL_SECONDS = env.int("MOTOR_LEASE_TTL_SECONDS", default=900)
+# seconds a slice whose database connection failed waits for the database before it gives up
+# (its run's lease then lapses and the reaper wakes the run)
+MOTOR_DB_OUTAGE_WAIT_SECONDS = env.int("MOTOR_DB_OUTAGE_WAIT_SECONDS", default=300)
 # seconds the Redis fast-path mutex key lives (the database constraint is the authority)
 MOTOR_MUTEX_TTL_SECONDS = env.int("MOTOR_MUTEX_TTL_SECONDS", default=3600)
 MOTOR_MUTEX_REDIS_URL = env.str("MOTOR_MUTEX_REDIS_URL", default="")

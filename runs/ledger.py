@@ -84,7 +84,7 @@ def _fence_sql(release: bool, durable: bool = True) -> str:
 
 
 def _fence_params(lease: Lease, release: bool) -> list[Any]:
-    head: list[Any] = [] if release else [lease_ttl()]
+    head: list[Any] = [] if release else [lease.lifetime]
     return [*head, lease.run_id, lease.token]
 
 
@@ -311,7 +311,8 @@ def _claim_sql(with_token: bool) -> str:
         "(SELECT set_config('synchronous_commit', 'off', true)) u "
         f"WHERE r.id = %s AND {claimable} FOR UPDATE OF r), "
         f"claimed AS (UPDATE {runs} r SET lease_token = r.lease_token + 1, lease_owner = %s, "
-        "lease_expires_at = STATEMENT_TIMESTAMP() + %s, "
+        # the lease never outlives the run's own timeout (runs.lease.lease_ttl)
+        "lease_expires_at = STATEMENT_TIMESTAMP() + LEAST(%s, r.timeout_s * INTERVAL '1 second'), "
         "redelivery_count = CASE WHEN r.status IN (%s, %s) THEN r.redelivery_count + 1 "
         "ELSE r.redelivery_count END, "
         "status = CASE WHEN r.status = %s THEN %s ELSE r.status END, "
@@ -373,7 +374,8 @@ def ledger_claim(
     run_fields, attempt_fields = MotorRun._meta.concrete_fields, Attempt._meta.concrete_fields
     run = _hydrate(MotorRun, run_fields, row[: len(run_fields)])
     attempt = _hydrate(Attempt, attempt_fields, row[len(run_fields) :])
-    return Lease(run_id=run_id, token=run.lease_token, owner=owner), run, attempt
+    lease = Lease(run_id=run_id, token=run.lease_token, owner=owner, ttl=lease_ttl(run.timeout_s))
+    return lease, run, attempt
 
 
 def _hydrate(model: type[Any], fields: Any, values: Any) -> Any:

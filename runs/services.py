@@ -42,6 +42,7 @@ from runs.credentials import (
     store_saved,
 )
 from runs.db import release_db_connection
+from runs.db_outage import DATABASE_UNAVAILABLE, slice_after_database_loss
 from runs.errors import (
     CredentialResolverFailed,
     CredentialsStillMissing,
@@ -141,6 +142,7 @@ class SliceOutcome(enum.StrEnum):
     NOT_RUNNABLE = "not_runnable"  # the run is paused, terminal or missing: nothing to do
     LEASE_BUSY = "lease_busy"  # another slice holds a live lease on the run
     LEASE_LOST = "lease_lost"  # a newer slice took over; this one wrote nothing further
+    DATABASE_LOST = "database_lost"  # the connection failed; lease released, run woken again
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -473,16 +475,24 @@ def run_step(
     """
     owner = owner or default_owner()
     early = FirstCallAhead.start(ahead, client) if ahead and expected_token == 0 else None
-    _close_sessions_of_finished_runs(current=run_id)
-    # The claim, for a new run its start, and the reads of the run and its attempt: one write.
     actor = f"worker:{owner}"
-    claimed = ledger_claim(
-        run_id=run_id, owner=owner, expected_token=expected_token, actor=actor
-    ) or ledger_take_over(run_id=run_id, owner=owner, expected_token=expected_token, actor=actor)
+    try:
+        _close_sessions_of_finished_runs(current=run_id)
+        # The claim, for a new run its start, and the reads of the run and its attempt: one write.
+        claimed = ledger_claim(
+            run_id=run_id, owner=owner, expected_token=expected_token, actor=actor
+        ) or ledger_take_over(
+            run_id=run_id, owner=owner, expected_token=expected_token, actor=actor
+        )
+        exists = claimed is not None or MotorRun.objects.filter(pk=run_id).exists()
+    except DATABASE_UNAVAILABLE as exc:
+        if early is not None:
+            early.drop()
+        slice_after_database_loss(run_id=run_id, owner=owner, error=exc)
+        return SliceOutcome.DATABASE_LOST
     if claimed is None:
         if early is not None:
             early.drop()
-        exists = MotorRun.objects.filter(pk=run_id).exists()
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
     lease, run, attempt = claimed
     outcome: SliceOutcome | None = None
@@ -494,6 +504,10 @@ def run_step(
             lease, run, attempt, owner=owner, client=client, credentials=resolve, early=early
         )
         return outcome
+    except DATABASE_UNAVAILABLE as exc:
+        # Transient: end the slice cleanly, the run goes on (runs.db_outage).
+        slice_after_database_loss(run_id=run_id, owner=owner, error=exc)
+        return SliceOutcome.DATABASE_LOST
     finally:
         if early is not None:
             early.drop()
@@ -1636,6 +1650,8 @@ def _resolve_credentials(run: MotorRun) -> dict[str, str]:
         resolver = import_string(path)
         values = resolver(agent_id=run.agent_id, run_id=run.id, names=list(run.credential_names))
         values = dict(values)
+    except DATABASE_UNAVAILABLE:
+        raise  # the database, not the resolver, failed: the slice ends and the run goes on
     except Exception as exc:
         # The exception's text could quote what the resolver read; log and report its type only.
         logger.warning("run %s: credential resolver %s raised %s", run.id, path, type(exc).__name__)

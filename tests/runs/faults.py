@@ -284,10 +284,16 @@ class Processes:
         }
 
     def worker(
-        self, *, broker: str, database: str, concurrency: int = 8, **extra: str
+        self,
+        *,
+        broker: str,
+        database: str,
+        pool: str = "threads",
+        concurrency: int = 8,
+        **extra: str,
     ) -> subprocess.Popen[bytes]:
-        env = self.env(broker=broker, database=database, CELERY_WORKER_POOL="threads", **extra)
-        argv = ["worker", "--pool=threads", f"--concurrency={concurrency}", "--loglevel=INFO"]
+        env = self.env(broker=broker, database=database, CELERY_WORKER_POOL=pool, **extra)
+        argv = ["worker", f"--pool={pool}", f"--concurrency={concurrency}", "--loglevel=INFO"]
         argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
         return self._spawn("worker", argv, env)
 
@@ -336,12 +342,13 @@ def counting_call(seconds: float) -> dict[str, Any]:
 
 
 class ConversationLLM(LLMStubServer):
-    """Each run's first request gets `first` (one call); a request answering a call gets a final
-    text. Runs in any number and order share it."""
+    """Each run's first request gets `first` (one call), after `first_delay_s`; a request
+    answering a call gets a final text. Runs in any number and order share it."""
 
-    def __init__(self, first: dict[str, Any]) -> None:
+    def __init__(self, first: dict[str, Any], *, first_delay_s: float = 0.0) -> None:
         super().__init__()
         self.first = first
+        self.first_delay_s = first_delay_s
 
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self._lock:
@@ -349,4 +356,5 @@ class ConversationLLM(LLMStubServer):
         last = (body.get("messages") or [{}])[-1]
         if last.get("role") == "tool":
             return 200, reply_text("Counted.")
+        time.sleep(self.first_delay_s)
         return 200, self.first
