@@ -466,7 +466,9 @@ def ledger_insert(*objects: Any, announce: Callable[[], bool] | None = None) -> 
                 if not announce():
                     wakeup_remember(run_id, 0)
 
-            transaction.on_commit(announce_or_remember)
+            # robust: the run has committed, so nothing after it may fail the start (a wake-up
+            # neither sent nor kept is found by the reaper, as after a crash)
+            transaction.on_commit(announce_or_remember, robust=True)
         return
     parts: list[str] = []
     params: list[Any] = []
