@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import worker_init
+from celery.worker.consumer import Consumer
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -32,3 +33,33 @@ def prefork_database_connections(sender: Any = None, **_: Any) -> None:
     for database in settings.DATABASES.values():
         if (database.get("OPTIONS") or {}).pop("pool", None):
             database["CONN_MAX_AGE"] = 60
+
+
+class BrokerLossConsumer(Consumer):
+    """The worker's consumer, surviving the loss of a Redis broker while messages are
+    unacknowledged (run slices acknowledge late, so there is one for every slice running).
+
+    On a lost connection Celery 5.7.0 (kombu 5.7.0, the latest releases) first collects the
+    connection, which drops its transport's client, and then closes it. Two things then touch a
+    channel of that connection and raise AttributeError (" 'NoneType' object has no attribute
+    'hostname' " or "... 'client' "), which Celery does not take for a connection error and so
+    ends the worker: the close restoring the unacknowledged messages, and the late
+    acknowledgement of a task that was running through the outage. Neither can reach a broker
+    that just went away. So, before Celery's own handling, the channels of the lost connection
+    stop restoring on close, and refuse acknowledgements with a connection error (logged as
+    "Couldn't ack", the task's outcome stands). A message the broker still holds as
+    unacknowledged comes back after the visibility timeout, where its run's token check drops
+    it. A worker's shutdown still restores what it holds (a different path).
+    """
+
+    def on_connection_error_after_connected(self, exc: Exception) -> None:
+        transport = getattr(self.connection, "_transport", None)
+        for channel in list(getattr(transport, "channels", None) or ()):
+            channel.do_restore = False
+            channel.basic_ack = _lost_channel_operation
+            channel.basic_reject = _lost_channel_operation
+        super().on_connection_error_after_connected(exc)
+
+
+def _lost_channel_operation(*_: Any, **__: Any) -> None:
+    raise ConnectionError("the broker connection this message came on was lost")

@@ -174,6 +174,15 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     # seconds before an unacknowledged message is redelivered; runs hold a DB lease instead
     "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=3600),
 }
+# A lost broker connection is retried for ever (a broker outage of any length ends when it comes
+# back; the process supervisor covers anything that ends the worker anyway), at start too.
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# Slices keep running through a broker outage: they hold a database lease, not the message.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+# Survives a Redis broker going away with messages unacknowledged (config/celery.py).
+CELERY_WORKER_CONSUMER = "config.celery:BrokerLossConsumer"
 CELERY_RESULT_EXPIRES = 3600  # seconds
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
@@ -247,6 +256,9 @@ COGNITION_BRAIN_QUEUE = env.str("COGNITION_BRAIN_QUEUE", default="")
 # --- the motor runtime ---------------------------------------------------------------------------
 # seconds a worker holds a run's execution lease before the reaper may hand the run to another
 MOTOR_LEASE_TTL_SECONDS = env.int("MOTOR_LEASE_TTL_SECONDS", default=900)
+# seconds a slice whose database connection failed waits for the database before it gives up
+# (its run's lease then lapses and the reaper wakes the run)
+MOTOR_DB_OUTAGE_WAIT_SECONDS = env.int("MOTOR_DB_OUTAGE_WAIT_SECONDS", default=300)
 # seconds the Redis fast-path mutex key lives (the database constraint is the authority)
 MOTOR_MUTEX_TTL_SECONDS = env.int("MOTOR_MUTEX_TTL_SECONDS", default=3600)
 MOTOR_MUTEX_REDIS_URL = env.str("MOTOR_MUTEX_REDIS_URL", default="")
@@ -278,6 +290,9 @@ MOTOR_CALL_WATCH_INTERVAL_SECONDS = env.float("MOTOR_CALL_WATCH_INTERVAL_SECONDS
 MOTOR_FAILURE_HINT_SECONDS = env.float("MOTOR_FAILURE_HINT_SECONDS", default=10.0)
 # seconds between reaper passes (lost wake-ups, expired approvals, unanswered questions)
 MOTOR_REAPER_INTERVAL_SECONDS = env.int("MOTOR_REAPER_INTERVAL_SECONDS", default=60)
+
+# seconds between sends of the run wake-ups the broker refused while it was unreachable
+MOTOR_WAKEUP_SWEEP_INTERVAL_SECONDS = env.int("MOTOR_WAKEUP_SWEEP_INTERVAL_SECONDS", default=10)
 
 # --- signal delivery to the brain (cognition.delivery, cognition.api.signals) -------------------
 # seconds one webhook POST may take (connect + send + answer) before it counts as a failed attempt
@@ -346,6 +361,10 @@ CELERY_BEAT_SCHEDULE = {
     "motor-reaper": {
         "task": "runs.run_reap",
         "schedule": float(MOTOR_REAPER_INTERVAL_SECONDS),
+    },
+    "motor-wakeup-sweeper": {
+        "task": "runs.wakeups_send_pending",
+        "schedule": float(MOTOR_WAKEUP_SWEEP_INTERVAL_SECONDS),
     },
     "signal-delivery-sweeper": {
         "task": "cognition.signal_delivery_sweep",

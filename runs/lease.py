@@ -28,18 +28,27 @@ from runs.errors import LeaseLost
 from runs.models import MotorRun, RunStatus
 
 
+def lease_ttl(timeout_s: int | None = None) -> timedelta:
+    """How long a claim lives without a write: MOTOR_LEASE_TTL_SECONDS (longer than one LLM call
+    or one tool call), but never longer than the run's own timeout `timeout_s`, so a slice that
+    dies holding the lease blocks its run no longer than the run may last."""
+    ttl = timedelta(seconds=int(getattr(settings, "MOTOR_LEASE_TTL_SECONDS", 900)))
+    return ttl if timeout_s is None else min(ttl, timedelta(seconds=timeout_s))
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
-    """Proof of a claim: writes carrying an older `token` than the run's are refused."""
+    """Proof of a claim: writes carrying an older `token` than the run's are refused. `ttl`:
+    how long each renewal keeps it (the run's `lease_ttl`; None: the setting's)."""
 
     run_id: str
     token: int
     owner: str
+    ttl: timedelta | None = None
 
-
-def lease_ttl() -> timedelta:
-    """How long a claim lives without a write; longer than one LLM call or one tool call."""
-    return timedelta(seconds=int(getattr(settings, "MOTOR_LEASE_TTL_SECONDS", 900)))
+    @property
+    def lifetime(self) -> timedelta:
+        return self.ttl if self.ttl is not None else lease_ttl()
 
 
 def default_owner() -> str:
@@ -101,7 +110,11 @@ def lease_claim_run(
     `count_slice` also adds one to `redelivery_count` of a created or running run (a slice
     started; the slice resets it when it ends).
     """
-    ttl = ttl if ttl is not None else lease_ttl()
+    if ttl is None:
+        timeout_s = MotorRun.objects.filter(pk=run_id).values_list("timeout_s", flat=True).first()
+        if timeout_s is None:
+            return None
+        ttl = lease_ttl(timeout_s)
     expired = Q(lease_expires_at__lt=Now())
     claimable = Q(lease_expires_at__isnull=True) | expired | Q(lease_owner=owner)
     if expected_token is not None:
@@ -112,7 +125,7 @@ def lease_claim_run(
     run = _update_returning(MotorRun.objects.filter(Q(pk=run_id) & claimable), values)
     if run is None:
         return None
-    return Lease(run_id=run_id, token=run.lease_token, owner=owner), run
+    return Lease(run_id=run_id, token=run.lease_token, owner=owner, ttl=ttl), run
 
 
 def lease_claim(
@@ -165,20 +178,20 @@ def lease_take_over_from_dead(
     """
     held = (
         MotorRun.objects.filter(pk=run_id, lease_expires_at__isnull=False)
-        .values_list("lease_owner", "lease_token")
+        .values_list("lease_owner", "lease_token", "timeout_s")
         .first()
     )
     if held is None or not held[0] or not owner_is_dead(held[0]):
         return None
     if expected_token is not None and held[1] not in (expected_token, expected_token + 1):
         return None
-    ttl = ttl if ttl is not None else lease_ttl()
+    ttl = ttl if ttl is not None else lease_ttl(held[2])
     values = _claim_values(owner=owner, ttl=ttl, count_slice=count_slice)
     # Conditional on the observed token: if anyone claimed meanwhile, nothing happens.
     run = _update_returning(MotorRun.objects.filter(pk=run_id, lease_token=held[1]), values)
     if run is None:
         return None
-    return Lease(run_id=run_id, token=run.lease_token, owner=owner), run
+    return Lease(run_id=run_id, token=run.lease_token, owner=owner, ttl=ttl), run
 
 
 def stale_lease(lease: Lease) -> LeaseLost:
@@ -202,7 +215,7 @@ def lease_fence(lease: Lease, **values: Any) -> None:
     either committed before (the token no longer matches) or waits for this transaction.
     """
     updated = MotorRun.objects.filter(pk=lease.run_id, lease_token=lease.token).update(
-        lease_expires_at=Now() + lease_ttl(), **values
+        lease_expires_at=Now() + lease.lifetime, **values
     )
     if updated != 1:
         raise stale_lease(lease)
@@ -216,7 +229,7 @@ def lease_lock(lease: Lease) -> MotorRun:
     """
     run = _update_returning(
         MotorRun.objects.filter(pk=lease.run_id, lease_token=lease.token),
-        {"lease_expires_at": Now() + lease_ttl()},
+        {"lease_expires_at": Now() + lease.lifetime},
     )
     if run is None:
         raise stale_lease(lease)

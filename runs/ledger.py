@@ -34,7 +34,8 @@ from runs.lease import (
     lease_ttl,
     stale_lease,
 )
-from runs.models import Attempt, MotorRun, RunEvent, RunStatus, Step, StepState
+from runs.models import Attempt, MotorRun, PendingWakeup, RunEvent, RunStatus, Step, StepState
+from runs.wakeups import wakeup_remember
 
 
 def _single_statement(choice: bool | None) -> bool:
@@ -83,7 +84,7 @@ def _fence_sql(release: bool, durable: bool = True) -> str:
 
 
 def _fence_params(lease: Lease, release: bool) -> list[Any]:
-    head: list[Any] = [] if release else [lease_ttl()]
+    head: list[Any] = [] if release else [lease.lifetime]
     return [*head, lease.run_id, lease.token]
 
 
@@ -310,7 +311,8 @@ def _claim_sql(with_token: bool) -> str:
         "(SELECT set_config('synchronous_commit', 'off', true)) u "
         f"WHERE r.id = %s AND {claimable} FOR UPDATE OF r), "
         f"claimed AS (UPDATE {runs} r SET lease_token = r.lease_token + 1, lease_owner = %s, "
-        "lease_expires_at = STATEMENT_TIMESTAMP() + %s, "
+        # the lease never outlives the run's own timeout (runs.lease.lease_ttl)
+        "lease_expires_at = STATEMENT_TIMESTAMP() + LEAST(%s, r.timeout_s * INTERVAL '1 second'), "
         "redelivery_count = CASE WHEN r.status IN (%s, %s) THEN r.redelivery_count + 1 "
         "ELSE r.redelivery_count END, "
         "status = CASE WHEN r.status = %s THEN %s ELSE r.status END, "
@@ -372,7 +374,8 @@ def ledger_claim(
     run_fields, attempt_fields = MotorRun._meta.concrete_fields, Attempt._meta.concrete_fields
     run = _hydrate(MotorRun, run_fields, row[: len(run_fields)])
     attempt = _hydrate(Attempt, attempt_fields, row[len(run_fields) :])
-    return Lease(run_id=run_id, token=run.lease_token, owner=owner), run, attempt
+    lease = Lease(run_id=run_id, token=run.lease_token, owner=owner, ttl=lease_ttl(run.timeout_s))
+    return lease, run, attempt
 
 
 def _hydrate(model: type[Any], fields: Any, values: Any) -> Any:
@@ -435,7 +438,7 @@ def _start(run: MotorRun, *, actor: str) -> None:
     )
 
 
-def ledger_insert(*objects: Any, announce: Callable[[], None] | None = None) -> None:
+def ledger_insert(*objects: Any, announce: Callable[[], bool] | None = None) -> None:
     """Insert unsaved model instances whose primary keys are set or generated, all or none.
 
     Outside a transaction on PostgreSQL one statement (a data-modifying CTE per row), whose
@@ -446,7 +449,9 @@ def ledger_insert(*objects: Any, announce: Callable[[], None] | None = None) -> 
     runs once the rows are sure to be found by the worker it reaches, and not at all when they
     are refused: on commit in general; outside a transaction on PostgreSQL once the rows are
     written and before their commit, under the run's creation lock (see `_insert_announced`),
-    so the worker is on its way while the commit is flushed.
+    so the worker is on its way while the commit is flushed. `announce` returns False when the
+    broker refused the message (unreachable): the run is created all the same, with its first
+    wake-up in the outbox (runs.wakeups), in the same commit where there is one.
     """
     connection = connections[DEFAULT_DB_ALIAS]
     if not _single_statement(None) or connection.in_atomic_block:
@@ -455,7 +460,15 @@ def ledger_insert(*objects: Any, announce: Callable[[], None] | None = None) -> 
             for obj in objects:
                 obj.save(force_insert=True)
         if announce is not None:
-            transaction.on_commit(announce)
+            run_id = objects[0].pk
+
+            def announce_or_remember() -> None:
+                if not announce():
+                    wakeup_remember(run_id, 0)
+
+            # robust: the run has committed, so nothing after it may fail the start (a wake-up
+            # neither sent nor kept is found by the reaper, as after a crash)
+            transaction.on_commit(announce_or_remember, robust=True)
         return
     parts: list[str] = []
     params: list[Any] = []
@@ -495,6 +508,11 @@ CREATION_IDLE_TIMEOUT = "10s"
 
 
 _TAKE_CREATION_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
+#: runs.wakeups.wakeup_remember, inside the creating transaction
+_REMEMBER_WAKEUP = (
+    f"INSERT INTO {PendingWakeup._meta.db_table} (run_id, token, created_at) "  # noqa: S608 - our table
+    "VALUES (%s, %s, STATEMENT_TIMESTAMP()) ON CONFLICT DO NOTHING"
+)
 _AWAIT_CREATION = "SELECT pg_advisory_xact_lock_shared(%s, %s)"
 
 
@@ -505,7 +523,7 @@ def _creation_key(run_id: str) -> int:
 
 
 def _insert_announced(
-    run_id: str, sql: str, params: list[Any], announce: Callable[[], None]
+    run_id: str, sql: str, params: list[Any], announce: Callable[[], bool]
 ) -> None:
     """Insert a new run with `sql`, call `announce` (its first message), then commit, so that
     the worker's wake-up overlaps the commit.
@@ -514,7 +532,8 @@ def _insert_announced(
     foreign keys checked at once: a refused run (unknown agent, agent busy) fails before it is
     announced. A first claim (`ledger_claim` for token 0) waits for the creation lock before
     it reads, so it finds the run once committed, or nothing (and drops the message) if the
-    commit fails or the creator dies before it.
+    commit fails or the creator dies before it. A message the broker refused goes to the
+    outbox in the same transaction.
     """
     connection = connections[DEFAULT_DB_ALIAS]
     connection.ensure_connection()
@@ -531,7 +550,8 @@ def _insert_announced(
                     _TAKE_CREATION_LOCK, [CREATION_LOCK, _creation_key(run_id)], prepare=True
                 )
                 cursor.execute(sql, params, prepare=True)
-            announce()
+            if not announce():
+                cursor.execute(_REMEMBER_WAKEUP, [run_id, 0], prepare=True)
             cursor.execute("COMMIT")
         except BaseException:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:

@@ -527,3 +527,20 @@ class Artifact(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id}:{self.path}"
+
+
+class PendingWakeup(models.Model):
+    """A run's wake-up message the broker refused (it was unreachable): the wake-up sweep
+    (`runs.wakeups`) sends it again once the broker is back. One row per run and token."""
+
+    run = models.ForeignKey(MotorRun, on_delete=models.CASCADE, related_name="+")
+    token = models.BigIntegerField(help_text="The lease token the message is meant for.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "token"], name="pendingwakeup_one_per_token")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} @ token {self.token}"

@@ -43,6 +43,7 @@ from runs.credentials import (
     store_saved,
 )
 from runs.db import release_db_connection
+from runs.db_outage import DATABASE_UNAVAILABLE, slice_after_database_loss
 from runs.domains import check_allowed_domains
 from runs.errors import (
     CredentialResolverFailed,
@@ -98,7 +99,6 @@ from runs.mutex import mutex_hold, mutex_release, mutex_reserve
 from runs.outbox import signal_emit
 from runs.prompts import WRITING_TOOLS, build_system_prompt
 from runs.sessions import CallWatch, open_run_sessions, run_session_close
-from runs.tasks import run_step_task
 from runs.tools import (
     ASK_USER,
     INTERRUPTED,
@@ -114,6 +114,7 @@ from runs.tools import (
     parse_arguments,
     tool_message_content,
 )
+from runs.wakeups import wake_up
 from runs.workspaces import RULE as WORKSPACE_RULE
 from runs.workspaces import NotAProjectWorkspace, check_run_workspace
 
@@ -147,17 +148,16 @@ class SliceOutcome(enum.StrEnum):
     NOT_RUNNABLE = "not_runnable"  # the run is paused, terminal or missing: nothing to do
     LEASE_BUSY = "lease_busy"  # another slice holds a live lease on the run
     LEASE_LOST = "lease_lost"  # a newer slice took over; this one wrote nothing further
+    DATABASE_LOST = "database_lost"  # the connection failed; lease released, run woken again
 
 
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _enqueue_step(run_id: str, token: int, ahead: dict[str, Any] | None = None) -> None:
-    """Wake a worker for the run; `token` is the lease token the message is meant for, `ahead`
-    what a new run's first LLM request is made of (see `FirstCallAhead`)."""
-    queue = getattr(settings, "MOTOR_RUN_QUEUE", "") or None
-    kwargs = {"ahead": ahead} if ahead is not None else {}
-    run_step_task.apply_async(args=[run_id, token], kwargs=kwargs, queue=queue)
+def _enqueue_step(run_id: str, token: int) -> None:
+    """Wake a worker for the run; `token` is the lease token the message is meant for. An
+    unreachable broker leaves the message in the outbox (runs.wakeups)."""
+    wake_up(run_id, token)
 
 
 def _event(run: MotorRun, *, from_status: str, actor: str, **detail: object) -> None:
@@ -421,7 +421,9 @@ def run_start(
         ahead = FirstCallAhead.inputs(run)
         # The first message goes out with the insert (see ledger_insert), whose foreign key
         # checks that the agent exists; the fast-path key is extended once it committed.
-        ledger_insert(run, attempt, event, announce=lambda: _enqueue_step(run_id, 0, ahead))
+        ledger_insert(
+            run, attempt, event, announce=lambda: wake_up(run_id, 0, ahead, remember=False)
+        )
         transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
     except IntegrityError as exc:
         if reserved:
@@ -480,16 +482,24 @@ def run_step(
     """
     owner = owner or default_owner()
     early = FirstCallAhead.start(ahead, client) if ahead and expected_token == 0 else None
-    _close_sessions_of_finished_runs(current=run_id)
-    # The claim, for a new run its start, and the reads of the run and its attempt: one write.
     actor = f"worker:{owner}"
-    claimed = ledger_claim(
-        run_id=run_id, owner=owner, expected_token=expected_token, actor=actor
-    ) or ledger_take_over(run_id=run_id, owner=owner, expected_token=expected_token, actor=actor)
+    try:
+        _close_sessions_of_finished_runs(current=run_id)
+        # The claim, for a new run its start, and the reads of the run and its attempt: one write.
+        claimed = ledger_claim(
+            run_id=run_id, owner=owner, expected_token=expected_token, actor=actor
+        ) or ledger_take_over(
+            run_id=run_id, owner=owner, expected_token=expected_token, actor=actor
+        )
+        exists = claimed is not None or MotorRun.objects.filter(pk=run_id).exists()
+    except DATABASE_UNAVAILABLE as exc:
+        if early is not None:
+            early.drop()
+        slice_after_database_loss(run_id=run_id, owner=owner, error=exc)
+        return SliceOutcome.DATABASE_LOST
     if claimed is None:
         if early is not None:
             early.drop()
-        exists = MotorRun.objects.filter(pk=run_id).exists()
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
     lease, run, attempt = claimed
     outcome: SliceOutcome | None = None
@@ -501,6 +511,10 @@ def run_step(
             lease, run, attempt, owner=owner, client=client, credentials=resolve, early=early
         )
         return outcome
+    except DATABASE_UNAVAILABLE as exc:
+        # Transient: end the slice cleanly, the run goes on (runs.db_outage).
+        slice_after_database_loss(run_id=run_id, owner=owner, error=exc)
+        return SliceOutcome.DATABASE_LOST
     finally:
         if early is not None:
             early.drop()
@@ -1635,6 +1649,8 @@ def _resolve_credentials(run: MotorRun) -> dict[str, str]:
         resolver = import_string(path)
         values = resolver(agent_id=run.agent_id, run_id=run.id, names=list(run.credential_names))
         values = dict(values)
+    except DATABASE_UNAVAILABLE:
+        raise  # the database, not the resolver, failed: the slice ends and the run goes on
     except Exception as exc:
         # The exception's text could quote what the resolver read; log and report its type only.
         logger.warning("run %s: credential resolver %s raised %s", run.id, path, type(exc).__name__)

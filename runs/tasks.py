@@ -67,3 +67,11 @@ def artifacts_purge_task() -> int:
     from runs.artifacts import artifacts_purge
 
     return artifacts_purge()
+
+
+@shared_task(name="runs.wakeups_send_pending", ignore_result=True)
+def wakeups_send_pending_task() -> int:
+    """Periodic (celery-beat): send the run wake-ups the broker refused while unreachable."""
+    from runs.wakeups import wakeups_send_pending
+
+    return wakeups_send_pending()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import os
 import shlex
 import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +96,63 @@ def test_every_command_the_app_services_run_exists_in_the_project(compose: dict)
 def test_sandbox_image_dockerfile_is_referenced_and_exists(compose: dict) -> None:
     build = compose["services"]["sandbox-image"]["build"]
     assert (ROOT / build["dockerfile"]).is_file()
+
+
+def test_every_long_running_service_is_started_again_when_it_exits(compose: dict) -> None:
+    services = compose["services"]
+    for name in (*APP_SERVICES, "postgres", "redis"):
+        assert services[name]["restart"] == "unless-stopped", name
+
+
+def _supervise(tmp_path: Path, command: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(ROOT / "bin" / "supervise"), "job", "sh", "-c", command],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", **env},
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def test_bin_supervise_starts_an_exiting_process_again_with_growing_pauses(
+    tmp_path: Path,
+) -> None:
+    # given a process that records when it started and exits at once with status 3
+    starts = tmp_path / "starts"
+    supervisor = _supervise(tmp_path, f"date +%s.%N >> {starts}; exit 3")
+    # when it has been started three times
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(_lines(starts)) < 3:
+            time.sleep(0.1)
+    finally:
+        os.killpg(supervisor.pid, signal.SIGTERM)
+        _, stderr = supervisor.communicate(timeout=10)
+    # then it was started again after 1 s, then after 2 s, each exit reported with its status
+    t0, t1, t2 = (float(line) for line in _lines(starts)[:3])
+    assert (t1 - t0 >= 0.9, t2 - t1 >= 1.9) == (True, True)
+    assert stderr.splitlines()[:2] == [
+        "supervise: job exited with status 3; starting it again in 1s",
+        "supervise: job exited with status 3; starting it again in 2s",
+    ]
+
+
+def test_bin_supervise_stops_its_process_on_sigterm(tmp_path: Path) -> None:
+    # given a supervised long-running process
+    pid_file = tmp_path / "pid"
+    supervisor = _supervise(tmp_path, f"echo $$ > {pid_file}; exec sleep 300")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not pid_file.exists():
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    # when the supervisor gets SIGTERM (what bin/dev sends when it ends)
+    supervisor.send_signal(signal.SIGTERM)
+    # then it stops the process and itself, starting nothing again
+    assert supervisor.wait(timeout=10) == 0
+    assert not Path(f"/proc/{child}").exists()
+    assert supervisor.stderr.read() == ""
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []

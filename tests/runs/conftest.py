@@ -13,6 +13,12 @@ from django.contrib.auth import get_user_model
 from cognition.models import Agent
 from runs.mutex import redis_client
 from tests.fixtures.llm import llm_stub_server, scripted_llm  # noqa: F401 - fixtures
+from tests.runs.faults import (  # noqa: F401 - fixtures
+    broker_is_private_redis,
+    database_proxy,
+    private_redis,
+    processes,
+)
 
 _agent_numbers = iter(range(1, 1_000_000))
 

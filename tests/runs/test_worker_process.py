@@ -208,10 +208,14 @@ def test_sigkill_of_the_worker_during_the_llm_call_asks_again_and_runs_the_call_
     run_id = run_start(
         agent_id=agent.pk, task="Count", tools=["code"], workspace=str(workspace), actor="t"
     )["run_id"]
-    # when the worker process is killed while it waits for the model
-    _wait_for(lambda: len(llm_stub_server.requests) == 1, "the first LLM request")
-    owner = MotorRun.objects.filter(pk=run_id).values_list("lease_owner", flat=True).get()
-    os.kill(int(owner.split(":")[1]), signal.SIGKILL)
+
+    # when the worker process is killed while it waits for the model (the first request goes
+    # out while the run is claimed, so wait for the claim too)
+    def owner() -> str:
+        return MotorRun.objects.filter(pk=run_id).values_list("lease_owner", flat=True).get()
+
+    _wait_for(lambda: len(llm_stub_server.requests) == 1 and owner() != "", "request and claim")
+    os.kill(int(owner().split(":")[1]), signal.SIGKILL)
     gate.set()
     # then the redelivered slice asks the model again and the call runs exactly once
     _wait_for(lambda: _status(run_id) == RunStatus.COMPLETED, "completion after the kill")
