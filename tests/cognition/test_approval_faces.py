@@ -18,8 +18,9 @@ from cognition.principals import Principal
 from cognition.tools import core_dispatch
 from runs.models import MotorRun
 from skills.approval import approval_proposal
+from skills.imports import skill_import_directory
 from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus
-from skills.services import Actor, policy_review, policy_update, skill_import_directory
+from skills.services import Actor, policy_review, policy_update
 
 from .conftest import World
 
@@ -52,7 +53,9 @@ def install(root: Path, agent) -> Policy:
         target = root / "mailer" / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
-    (result,) = skill_import_directory(path=root / "mailer", actor=Actor.system("t"), agent=agent)
+    (result,) = skill_import_directory(
+        path=root / "mailer", actor=Actor.system("t"), agent=agent
+    ).installed
     assert result.policy is not None
     assert result.policy.tools == [] and result.policy.allowed_domains == []
     return result.policy
@@ -281,7 +284,7 @@ def test_a_host_named_in_a_dangerous_pattern_is_withheld_with_a_warning(
         (tmp_path / "mailer" / rel).write_text(text)
     (result,) = skill_import_directory(
         path=tmp_path / "mailer", actor=Actor.system("t"), agent=world.alpha
-    )
+    ).installed
     policy = policy_review(policy=result.policy.pk, actor=Actor.system("t"))
 
     proposal = approval_proposal(policy=policy).to_dict()
