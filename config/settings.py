@@ -335,6 +335,13 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # JSON bodies are refused past a nesting depth (cognition.api.parsers); bodies past Django's
+    # DATA_UPLOAD_MAX_MEMORY_SIZE are refused with 413 by the exception handler.
+    "DEFAULT_PARSER_CLASSES": [
+        "cognition.api.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     # One error body for every endpoint: {"error": {"code", "message", "details"}}.
     "EXCEPTION_HANDLER": "cognition.api.exceptions.exception_handler",
 }
