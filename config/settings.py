@@ -57,6 +57,9 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # JSON error bodies for what Django answers itself under /api/ (no route, a crash);
+    # after CommonMiddleware so that its trailing-slash redirect still sees the 404
+    "cognition.api.middleware.APIErrorBodyMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",

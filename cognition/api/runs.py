@@ -26,7 +26,6 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -38,6 +37,7 @@ from cognition.services import idempotency_ttl
 from cognition.tools import core_tool_schemas
 from runs.models import Attempt, MotorRun, RunStatus, Trigger
 
+from .pagination import CursorPage, page_params
 from .views import AGENT_PARAM, TRIGGER_PARAM, PrincipalAPIView, _errors
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -193,11 +193,8 @@ def _trigger(request: Request) -> str:
 RUN_ID_PARAM = OpenApiParameter("run_id", OpenApiTypes.STR, OpenApiParameter.PATH)
 
 
-class RunCursorPagination(CursorPagination):
+class RunCursorPagination(CursorPage):
     ordering = "-created_at"
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 200
 
 
 def _runs_queryset(*, agent_id: int, status_filter: str | None) -> QuerySet[MotorRun]:
@@ -252,8 +249,7 @@ class RunListView(PrincipalAPIView):
         parameters=[
             AGENT_PARAM,
             OpenApiParameter("status", OpenApiTypes.STR, enum=RunStatus.values),
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
+            *page_params(),
         ],
         responses={200: RunPageSerializer, **_errors(400, 401, 404)},
     )

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from cognition import schedules as svc
 from cognition.models import Schedule, ScheduleOutcome, ScheduleSkipReason
 
+from .pagination import CursorPage, page_params
 from .serializers import _page_of
 from .views import AGENT_PARAM, MAX_BIGINT, TRIGGER_PARAM, PrincipalAPIView, _errors
 
@@ -90,21 +89,15 @@ SchedulePageSerializer = _page_of(ScheduleSerializer, "SchedulePageSerializer")
 OccurrencePageSerializer = _page_of(OccurrenceSerializer, "OccurrencePageSerializer")
 
 
-class ScheduleCursorPagination(CursorPagination):
+class ScheduleCursorPagination(CursorPage):
     ordering = "id"
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 200
 
 
 class OccurrenceCursorPagination(ScheduleCursorPagination):
     ordering = "-id"  # newest first
 
 
-PAGE_PARAMS = [
-    OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
-    OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
-]
+PAGE_PARAMS = page_params()
 
 
 # --- views ---------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ from skills.services import (
 )
 
 from .authentication import BearerAuthentication, PrincipalSessionAuthentication
-from .pagination import NameCursorPagination
+from .pagination import NameCursorPagination, page_params
 from .permissions import HasPrincipal
 from .serializers import (
     AgentPageSerializer,
@@ -160,8 +160,7 @@ class SkillListView(PrincipalAPIView):
                 "status", OpenApiTypes.STR, enum=PolicyStatus.values, description="Policy status."
             ),
             OpenApiParameter("name", OpenApiTypes.STR, description="Substring of the skill name."),
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
+            *page_params(),
         ],
         responses={200: SkillPageSerializer, **_errors(400, 401, 404)},
     )
@@ -316,8 +315,7 @@ class CredentialListView(PrincipalAPIView):
         summary="Names of the agent's vault credentials (values are never returned)",
         parameters=[
             AGENT_PARAM,
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
+            *page_params(),
         ],
         responses={200: CredentialPageSerializer, **_errors(400, 401, 404)},
     )
@@ -402,10 +400,9 @@ class AgentListView(PrincipalAPIView):
         operation_id="agents_list",
         summary="Agents the caller may act for (an agent sees only itself)",
         parameters=[
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
+            *page_params(),
         ],
-        responses={200: AgentPageSerializer, **_errors(401)},
+        responses={200: AgentPageSerializer, **_errors(400, 401)},
     )
     def get(self, request: Request) -> Response:
         principal = self.principal(request)
