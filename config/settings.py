@@ -101,6 +101,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
     )
+    # Tests on SQLite use a file like a deployment does (not Django's shared in-memory database,
+    # which locks whole tables): concurrent requests then meet the same WAL and write lock.
+    DATABASES["default"].setdefault(
+        "TEST", {"NAME": str(MOTOR_DATA_DIR / "test-motor-cortex.sqlite3")}
+    )
 # PostgreSQL connections come from a pool per process (psycopg_pool): a thread takes one for a
 # query or a transaction and gives it back when it closes it, which the runtime does before every
 # LLM call and tool call. So a threads worker of N threads needs at most MOTOR_DB_POOL_MAX_SIZE

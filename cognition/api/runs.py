@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
-from django.db import connection
+from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, QuerySet, Subquery, Sum
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -35,7 +34,9 @@ from cognition.errors import CognitionError
 from cognition.models import IdempotencyRecord
 from cognition.services import idempotency_ttl
 from cognition.tools import core_tool_schemas
+from runs.errors import RunError
 from runs.models import Attempt, MotorRun, RunStatus, Trigger
+from skills.errors import DomainError
 
 from .pagination import CursorPage, page_params
 from .views import AGENT_PARAM, TRIGGER_PARAM, PrincipalAPIView, _errors
@@ -225,18 +226,30 @@ def _list_item(run: Any) -> dict[str, Any]:
     }
 
 
-@contextmanager
-def _key_lock(scope: str, key: str) -> Iterator[None]:
-    """A PostgreSQL advisory lock on (scope, key): concurrent replays of one key run one by one."""
-    digest = hashlib.sha256(f"{scope}\x00{key}".encode()).digest()
-    lock_id = int.from_bytes(digest[:8], "big", signed=True)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [lock_id])
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_id])
+class _KeyTaken(Exception):
+    """A concurrent request with the same Idempotency-Key committed its run first."""
+
+
+def _remembered(*, scope: str, key: str, fingerprint: str, ttl: timedelta) -> Response | None:
+    """The first response to `key` when it is still remembered; a conflict when it belongs to
+    another request; None when the key is free (an expired record is removed)."""
+    record = IdempotencyRecord.objects.filter(scope=scope, key=key).first()
+    if record is None:
+        return None
+    if record.created_at < timezone.now() - ttl:
+        IdempotencyRecord.objects.filter(pk=record.pk).delete()  # expired: the key is free again
+        return None
+    if record.fingerprint != fingerprint:
+        raise IdempotencyConflict(
+            f"Idempotency-Key {key!r} was used within the last 24 h for a different "
+            "request; use a new key for a new request.",
+            details={"rule": "idempotency_key_reuse", "key": key},
+        )
+    return Response(
+        record.response_body,
+        status=record.response_status,
+        headers={"Idempotent-Replayed": "true"},
+    )
 
 
 # --- views ---------------------------------------------------------------------------------------
@@ -328,34 +341,41 @@ class RunListView(PrincipalAPIView):
                 default=str,
             ).encode()
         ).hexdigest()
-        with _key_lock(scope, key):
-            record = IdempotencyRecord.objects.filter(scope=scope, key=key).first()
-            if record is not None and record.created_at < timezone.now() - idempotency_ttl():
-                record.delete()  # expired: the key is free again
-                record = None
-            if record is not None:
-                if record.fingerprint != fingerprint:
-                    raise IdempotencyConflict(
-                        f"Idempotency-Key {key!r} was used within the last 24 h for a different "
-                        "request; use a new key for a new request.",
-                        details={"rule": "idempotency_key_reuse", "key": key},
+        # No lock: the record is written in the transaction that creates the run, and its unique
+        # (scope, key) lets one request win on either database. A concurrent request with the
+        # same key then either fails that insert (PostgreSQL waits for the winner's commit) or is
+        # refused on the way (the agent is busy, SQLite serialized it after the winner); both
+        # find the winner's record and answer its response.
+        ttl = idempotency_ttl()
+        replay = _remembered(scope=scope, key=key, fingerprint=fingerprint, ttl=ttl)
+        if replay is not None:
+            return replay
+
+        def remember(result: dict[str, Any]) -> None:
+            try:
+                with transaction.atomic():
+                    IdempotencyRecord.objects.create(
+                        scope=scope,
+                        key=key,
+                        fingerprint=fingerprint,
+                        response_status=status.HTTP_201_CREATED,
+                        response_body=result,
                     )
-                return Response(
-                    record.response_body,
-                    status=record.response_status,
-                    headers={"Idempotent-Replayed": "true"},
-                )
+            except IntegrityError:
+                raise _KeyTaken() from None  # rolls back this request's run and charge
 
-            def remember(result: dict[str, Any]) -> None:
-                IdempotencyRecord.objects.create(
-                    scope=scope,
-                    key=key,
-                    fingerprint=fingerprint,
-                    response_status=status.HTTP_201_CREATED,
-                    response_body=result,
-                )
-
+        try:
             return Response(act(remember), status=status.HTTP_201_CREATED)
+        except (_KeyTaken, DomainError, RunError) as exc:
+            replay = _remembered(scope=scope, key=key, fingerprint=fingerprint, ttl=ttl)
+            if replay is not None:
+                return replay
+            if isinstance(exc, _KeyTaken):  # the winner's record expired in between
+                raise IdempotencyConflict(
+                    f"Idempotency-Key {key!r} was taken by a concurrent request; retry it.",
+                    details={"rule": "idempotency_key_race", "key": key},
+                ) from None
+            raise
 
 
 class RunDetailView(PrincipalAPIView):
