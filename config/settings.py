@@ -345,11 +345,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # JSON bodies are refused past a nesting depth (cognition.api.parsers); bodies past Django's
     # DATA_UPLOAD_MAX_MEMORY_SIZE are refused with 413 by the exception handler.
-    "DEFAULT_PARSER_CLASSES": [
-        "cognition.api.parsers.BoundedJSONParser",
-        "rest_framework.parsers.FormParser",
-        "rest_framework.parsers.MultiPartParser",
-    ],
+    # Request bodies are JSON only: form encodings carry no types, so every field would be text.
+    "DEFAULT_PARSER_CLASSES": ["cognition.api.parsers.BoundedJSONParser"],
     # One error body for every endpoint: {"error": {"code", "message", "details"}}.
     "EXCEPTION_HANDLER": "cognition.api.exceptions.exception_handler",
 }

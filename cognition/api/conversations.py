@@ -23,6 +23,7 @@ from cognition.brain import services as brain
 from cognition.models import Conversation, ConversationStatus, Message, MessageRole, TurnTrigger
 from cognition.selectors import agent_for_human
 
+from . import fields
 from .pagination import CursorPage, page_params
 from .views import PrincipalAPIView, _errors
 
@@ -51,7 +52,7 @@ class ConversationPageSerializer(serializers.Serializer):
 
 
 class ConversationCreateSerializer(serializers.Serializer):
-    agent = serializers.CharField(
+    agent = fields.Text(
         required=False,
         allow_blank=True,
         default="",
@@ -59,7 +60,7 @@ class ConversationCreateSerializer(serializers.Serializer):
         help_text="Humans: the agent (id or name); optional when you own exactly one. Agents: "
         "omit (a conversation of an agent is held by its owner).",
     )
-    title = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+    title = fields.Text(required=False, allow_blank=True, default="", max_length=200)
 
 
 class ToolCallSerializer(serializers.Serializer):
@@ -94,7 +95,7 @@ class MessagePageSerializer(serializers.Serializer):
 
 
 class MessageCreateSerializer(serializers.Serializer):
-    text = serializers.CharField(
+    text = fields.Text(
         max_length=brain.MAX_MESSAGE_CHARS, help_text="What the user says to the agent."
     )
 

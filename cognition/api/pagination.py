@@ -42,6 +42,22 @@ class CursorPage(CursorPagination):
         self._model = queryset.model
         return super().paginate_queryset(queryset, request, view)  # type: ignore[arg-type]
 
+    def get_page_size(self, request: Request) -> int:
+        """`page_size` when given: an integer from 1 to max_page_size, else a 400 (never
+        silently the default)."""
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return int(self.page_size)
+        if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= self.max_page_size):
+            raise ValidationError(
+                {
+                    self.page_size_query_param: [
+                        f"Must be an integer from 1 to {self.max_page_size}."
+                    ]
+                }
+            )
+        return int(raw)
+
     def decode_cursor(self, request: Request) -> Cursor | None:
         encoded = request.query_params.get(self.cursor_query_param)
         if encoded is None:
@@ -98,7 +114,7 @@ def page_params(*, default: int = 50, maximum: int = 200) -> list[OpenApiParamet
         ),
         OpenApiParameter(
             "page_size",
-            OpenApiTypes.INT,
-            description=f"Items per page, 1-{maximum}; default {default}.",
+            {"type": "integer", "minimum": 1, "maximum": maximum},
+            description=f"Items per page, 1-{maximum}; default {default}; anything else is a 400.",
         ),
     ]

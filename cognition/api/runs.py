@@ -38,6 +38,7 @@ from runs.errors import RunError
 from runs.models import Attempt, MotorRun, RunStatus, Trigger
 from skills.errors import DomainError
 
+from . import fields
 from .pagination import CursorPage, page_params
 from .views import AGENT_PARAM, TRIGGER_PARAM, PrincipalAPIView, _errors
 
@@ -54,10 +55,10 @@ class IdempotencyConflict(CognitionError):
 
 
 class RunCreateSerializer(serializers.Serializer):
-    task = serializers.CharField(help_text="What to accomplish, in natural language.")
-    skill = serializers.CharField(required=False, allow_null=True, default=None)
+    task = fields.Text(help_text="What to accomplish, in natural language.")
+    skill = fields.Text(required=False, allow_null=True, default=None)
     tools = serializers.ListField(
-        child=serializers.CharField(),
+        child=fields.Text(),
         required=False,
         allow_null=True,
         default=None,
@@ -67,17 +68,17 @@ class RunCreateSerializer(serializers.Serializer):
         ),
     )
     domains = serializers.ListField(
-        child=serializers.CharField(),
+        child=fields.Text(),
         required=False,
         allow_null=True,
         default=None,
         help_text="Domains the sandbox may reach; [] means no network.",
     )
     inputs = serializers.DictField(required=False, allow_null=True, default=None)
-    approval_required = serializers.BooleanField(required=False, default=False)
-    max_iterations = serializers.IntegerField(required=False, allow_null=True, default=None)
-    timeout_s = serializers.IntegerField(required=False, allow_null=True, default=None)
-    skill_review = serializers.BooleanField(
+    approval_required = fields.Boolean(required=False, default=False)
+    max_iterations = fields.Integer(required=False, allow_null=True, default=None)
+    timeout_s = fields.Integer(required=False, allow_null=True, default=None)
+    skill_review = fields.Boolean(
         required=False, default=False, help_text="Only on an X-Motor-Trigger: motor_result call."
     )
 
@@ -142,22 +143,22 @@ class RunRetriedSerializer(RunTransitionSerializer):
 
 
 class RespondSerializer(serializers.Serializer):
-    answer = serializers.CharField(trim_whitespace=False, max_length=20000)
+    answer = fields.Text(trim_whitespace=False, max_length=20000)
 
 
 class DecisionSerializer(serializers.Serializer):
-    approval_id = serializers.IntegerField(
+    approval_id = fields.Integer(
         required=False,
         allow_null=True,
         default=None,
         min_value=1,
         help_text="The pending approval's id; defaults to the run's pending approval.",
     )
-    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+    note = fields.Text(required=False, allow_blank=True, default="", max_length=2000)
 
 
 class RetrySerializer(serializers.Serializer):
-    guidance = serializers.CharField(
+    guidance = fields.Text(
         required=False, allow_blank=True, default="", max_length=10000, trim_whitespace=False
     )
 
@@ -168,8 +169,10 @@ class RunLogSerializer(serializers.Serializer):
 
 
 class OneshotSerializer(serializers.Serializer):
-    code = serializers.CharField(trim_whitespace=False, help_text="A Python program.")
-    timeout_s = serializers.FloatField(required=False, default=5.0, help_text="0-5 seconds.")
+    code = fields.Text(trim_whitespace=False, help_text="A Python program.")
+    timeout_s = fields.Number(
+        required=False, default=5.0, min_value=0.001, max_value=5.0, help_text="0.001-5 seconds."
+    )
 
 
 class OneshotResultSerializer(serializers.Serializer):
@@ -191,6 +194,14 @@ def _trigger(request: Request) -> str:
     return request.headers.get(TRIGGER_HEADER) or Trigger.API
 
 
+# What started a run: the consent gate's triggers a run can carry (no "tick").
+RUN_TRIGGER_PARAM = OpenApiParameter(
+    TRIGGER_HEADER,
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    enum=list(Trigger.values),
+    description=TRIGGER_PARAM.description + " The run records it as its trigger (default api).",
+)
 RUN_ID_PARAM = OpenApiParameter("run_id", OpenApiTypes.STR, OpenApiParameter.PATH)
 
 
@@ -268,8 +279,8 @@ class RunListView(PrincipalAPIView):
     )
     def get(self, request: Request) -> Response:
         agent = self.scope_agent(request)
-        status_filter = request.query_params.get("status") or None
-        if status_filter and status_filter not in RunStatus.values:
+        status_filter = request.query_params.get("status")
+        if status_filter is not None and status_filter not in RunStatus.values:
             raise ValidationError({"status": [f"Must be one of {', '.join(RunStatus.values)}."]})
         paginator = RunCursorPagination()
         page = paginator.paginate_queryset(
@@ -289,10 +300,10 @@ class RunListView(PrincipalAPIView):
         ),
         parameters=[
             AGENT_PARAM,
-            TRIGGER_PARAM,
+            RUN_TRIGGER_PARAM,
             OpenApiParameter(
                 IDEMPOTENCY_HEADER,
-                OpenApiTypes.STR,
+                {"type": "string", "pattern": "^[!-~]{1,255}$"},
                 OpenApiParameter.HEADER,
                 description="1-255 printable ASCII characters; replays within 24 h are safe.",
             ),

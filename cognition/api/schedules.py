@@ -22,6 +22,7 @@ from rest_framework.response import Response
 from cognition import schedules as svc
 from cognition.models import Schedule, ScheduleOutcome, ScheduleSkipReason
 
+from . import fields
 from .pagination import CursorPage, page_params
 from .serializers import _page_of
 from .views import AGENT_PARAM, MAX_BIGINT, TRIGGER_PARAM, PrincipalAPIView, _errors
@@ -30,27 +31,27 @@ from .views import AGENT_PARAM, MAX_BIGINT, TRIGGER_PARAM, PrincipalAPIView, _er
 
 
 class ScheduleWriteSerializer(serializers.Serializer):
-    skill = serializers.CharField(help_text="Name of one of the agent's skills.")
+    skill = fields.Text(help_text="Name of one of the agent's skills.")
     # Blank and whitespace-only text reach the service, which names the rule (task: not_empty).
-    task = serializers.CharField(
+    task = fields.Text(
         allow_blank=True, trim_whitespace=False, help_text="What each run should accomplish."
     )
     inputs = serializers.DictField(
         required=False, allow_null=True, help_text="JSON object handed to each run with the task."
     )
-    crontab = serializers.CharField(
+    crontab = fields.Text(
         required=False,
         allow_null=True,
         allow_blank=True,
         help_text="Five fields: minute hour day-of-month month day-of-week (e.g. '0 7 * * mon-fri').",
     )
-    interval_seconds = serializers.IntegerField(
+    interval_seconds = fields.Integer(
         required=False, allow_null=True, help_text="Fire every N seconds (N >= 1)."
     )
-    timezone = serializers.CharField(
+    timezone = fields.Text(
         required=False, help_text="IANA time zone the crontab is read in; default UTC."
     )
-    enabled = serializers.BooleanField(required=False, help_text="Default true.")
+    enabled = fields.Boolean(required=False, help_text="Default true.")
 
 
 class OccurrenceSerializer(serializers.Serializer):

@@ -61,9 +61,17 @@ def human(world: World) -> APIClient:
     return bearer(personal_token_create(user=world.olivia, name="t", actor=world.olivia).raw)
 
 
-@pytest.mark.parametrize("content_type", ["application/json", "application/x-www-form-urlencoded"])
-def test_a_body_over_the_limit_on_any_endpoint_is_a_413_and_changes_nothing(
-    world: World, human: APIClient, tmp_path: Path, content_type: str
+@pytest.mark.parametrize(
+    ("content_type", "refusal"),
+    [
+        ("application/json", 413),
+        # bodies are JSON only: another type is refused before the body is read
+        ("application/x-www-form-urlencoded", 415),
+        ("multipart/form-data; boundary=xx", 415),
+    ],
+)
+def test_a_body_over_the_limit_on_any_endpoint_is_refused_and_changes_nothing(
+    world: World, human: APIClient, tmp_path: Path, content_type: str, refusal: int
 ) -> None:
     # given every operation that takes a body, called by a human who may use all of them
     operations = body_operations(tmp_path)
@@ -75,10 +83,12 @@ def test_a_body_over_the_limit_on_any_endpoint_is_a_413_and_changes_nothing(
 
         # then the call is refused with 413 (or 404 where the path names a row that does not
         # exist: that is checked before the body is read)
-        expected = 404 if any(p in path for p in ("r_missing", "/1/")) else 413
+        expected = 404 if any(p in path for p in ("r_missing", "/1/")) else refusal
         assert response.status_code == expected, (method, path, response.content[:300])
         error = response.json()["error"]
         assert set(error) == ERROR_KEYS
+        if expected == 415:
+            assert error["code"] == "unsupported_media_type"
         if expected == 413:
             assert error["code"] == "request_too_large"
             assert error["details"] == {
