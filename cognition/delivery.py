@@ -194,7 +194,39 @@ def _validate_webhook_url(url: str) -> str:
             "requests by their signature.",
             details={"field": "webhook_url", "rule": "no_userinfo"},
         )
+    _refuse_private_receiver(parts)
     return url
+
+
+def _refuse_private_receiver(parts: Any) -> None:
+    """Refuse a receiver that delivery would refuse: while MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES
+    is off, a host that resolves to a loopback, private, link-local, metadata or own-host address.
+
+    A host that does not resolve now is accepted (it may get its address later); delivery checks
+    the addresses again on every attempt, since a name's answer may change after it was saved.
+    """
+    if settings.MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        addresses = system_resolver(parts.hostname or "", port)
+    except (OSError, UnicodeError):
+        return
+    for address in addresses:
+        why = forbidden_reason(address)
+        if why:
+            raise WebhookInvalid(
+                f"The webhook host resolves to a {why} address ({address}) and "
+                "MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES is off, so no signal could be delivered "
+                "to it. Set MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES=true for a receiver on this "
+                "host or network.",
+                details={
+                    "field": "webhook_url",
+                    "rule": "private_address",
+                    "setting": "MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES",
+                    "address": address,
+                },
+            )
 
 
 def agent_set_webhook(

@@ -62,6 +62,9 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # JSON error bodies for what Django answers itself under /api/ (no route, a crash);
+    # after CommonMiddleware so that its trailing-slash redirect still sees the 404
+    "cognition.api.middleware.APIErrorBodyMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -102,6 +105,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
+    )
+    # Tests on SQLite use a file like a deployment does (not Django's shared in-memory database,
+    # which locks whole tables): concurrent requests then meet the same WAL and write lock.
+    DATABASES["default"].setdefault(
+        "TEST", {"NAME": str(MOTOR_DATA_DIR / "test-motor-cortex.sqlite3")}
     )
 # PostgreSQL connections come from a pool per process (psycopg_pool): a thread takes one for a
 # query or a transaction and gives it back when it closes it, which the runtime does before every
@@ -387,6 +395,10 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # JSON bodies are refused past a nesting depth (cognition.api.parsers); bodies past Django's
+    # DATA_UPLOAD_MAX_MEMORY_SIZE are refused with 413 by the exception handler.
+    # Request bodies are JSON only: form encodings carry no types, so every field would be text.
+    "DEFAULT_PARSER_CLASSES": ["cognition.api.parsers.BoundedJSONParser"],
     # One error body for every endpoint: {"error": {"code", "message", "details"}}.
     "EXCEPTION_HANDLER": "cognition.api.exceptions.exception_handler",
 }

@@ -45,20 +45,34 @@ class AgentUser(AnonymousUser):
         return self.get_username()
 
 
+class MalformedAuthorization(exceptions.AuthenticationFailed):
+    """401: the Authorization header is not `<scheme> <credentials>` in ASCII."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.details = {"rule": "authorization_header_format"}
+
+
 class BearerAuthentication(authentication.BaseAuthentication):
     """Agent API tokens and human personal access tokens as `Authorization: Bearer <token>`."""
 
     keyword = "Bearer"
 
     def authenticate(self, request: Request) -> tuple[Any, Principal] | None:
-        header = authentication.get_authorization_header(request).decode("latin-1")
-        if not header:
+        raw_header = authentication.get_authorization_header(request)
+        if not raw_header:
             return None
-        parts = header.split()
+        # Every scheme is ASCII text; anything else (a lone byte that decodes to Unicode
+        # whitespace, blanks only) can name no scheme and no token.
+        parts = raw_header.decode("latin-1").split() if raw_header.isascii() else []
+        if not parts:
+            raise MalformedAuthorization(
+                "Malformed Authorization header: expected ASCII text 'Bearer <token>'."
+            )
         if parts[0].lower() != self.keyword.lower():
             return None
         if len(parts) != 2:
-            raise exceptions.AuthenticationFailed(
+            raise MalformedAuthorization(
                 "Malformed Authorization header: expected 'Bearer <token>'."
             )
         raw = parts[1]

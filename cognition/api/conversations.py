@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -25,6 +23,8 @@ from cognition.brain import services as brain
 from cognition.models import Conversation, ConversationStatus, Message, MessageRole, TurnTrigger
 from cognition.selectors import agent_for_human
 
+from . import fields
+from .pagination import CursorPage, page_params
 from .views import PrincipalAPIView, _errors
 
 # --- serializers ---------------------------------------------------------------------------------
@@ -52,7 +52,7 @@ class ConversationPageSerializer(serializers.Serializer):
 
 
 class ConversationCreateSerializer(serializers.Serializer):
-    agent = serializers.CharField(
+    agent = fields.Text(
         required=False,
         allow_blank=True,
         default="",
@@ -60,7 +60,7 @@ class ConversationCreateSerializer(serializers.Serializer):
         help_text="Humans: the agent (id or name); optional when you own exactly one. Agents: "
         "omit (a conversation of an agent is held by its owner).",
     )
-    title = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+    title = fields.Text(required=False, allow_blank=True, default="", max_length=200)
 
 
 class ToolCallSerializer(serializers.Serializer):
@@ -95,7 +95,7 @@ class MessagePageSerializer(serializers.Serializer):
 
 
 class MessageCreateSerializer(serializers.Serializer):
-    text = serializers.CharField(
+    text = fields.Text(
         max_length=brain.MAX_MESSAGE_CHARS, help_text="What the user says to the agent."
     )
 
@@ -107,17 +107,13 @@ class PostedMessagesSerializer(serializers.Serializer):
 # --- views ---------------------------------------------------------------------------------------
 
 
-class _NewestFirst(CursorPagination):
+class _NewestFirst(CursorPage):
     ordering = "-id"
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 200
 
 
-class _OldestFirst(CursorPagination):
+class _OldestFirst(CursorPage):
     ordering = "id"
     page_size = 100
-    page_size_query_param = "page_size"
     max_page_size = 500
 
 
@@ -128,8 +124,7 @@ class ConversationListView(PrincipalAPIView):
         operation_id="conversations_list",
         summary="Conversations you hold with the built-in brain (newest first)",
         parameters=[
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
+            *page_params(),
         ],
         responses={200: ConversationPageSerializer, **_errors(400, 401)},
     )
@@ -190,8 +185,7 @@ class ConversationMessagesView(PrincipalAPIView):
         operation_id="conversations_messages_list",
         summary="The conversation's messages, oldest first",
         parameters=[
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-500, default 100."),
+            *page_params(default=100, maximum=500),
         ],
         responses={200: MessagePageSerializer, **_errors(400, 401, 404)},
     )

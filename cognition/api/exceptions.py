@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
@@ -56,6 +58,27 @@ _RUN_STATUS: dict[type[RunError], int] = {
 }
 
 
+# Django refuses request bodies over its limits while DRF parses them; each names its setting.
+_TOO_LARGE: dict[type[Exception], tuple[str, str]] = {
+    RequestDataTooBig: ("DATA_UPLOAD_MAX_MEMORY_SIZE", "bytes"),
+    TooManyFieldsSent: ("DATA_UPLOAD_MAX_NUMBER_FIELDS", "fields"),
+    TooManyFilesSent: ("DATA_UPLOAD_MAX_NUMBER_FILES", "files"),
+}
+
+
+def _too_large(exc: Exception) -> Response:
+    setting, unit = _TOO_LARGE[type(exc)]
+    limit = getattr(settings, setting)
+    return Response(
+        error_body(
+            "request_too_large",
+            f"The request body is over this server's limit of {limit} {unit} ({setting}).",
+            {"rule": setting, f"limit_{unit}": limit},
+        ),
+        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+    )
+
+
 def _json_safe(details: dict[str, Any]) -> dict[str, Any]:
     return {
         k: v if isinstance(v, str | int | float | bool | None) else str(v)
@@ -83,6 +106,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, RunError):
         code = _RUN_STATUS.get(type(exc), 400)
         return Response(error_body(exc.code, exc.message, _json_safe(exc.details)), status=code)
+    if type(exc) in _TOO_LARGE:
+        return _too_large(exc)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, DjangoPermissionDenied):
@@ -98,7 +123,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             details: Any = {"fields": exc.detail}
             message = "The request is invalid: " + _first_problem(exc.detail)
         else:
-            details = {}
+            # An API error of ours may carry structured details (the rule, the limit).
+            details = dict(getattr(exc, "details", None) or {})
             message = str(exc.detail)
         headers: dict[str, str] = {}
         if getattr(exc, "auth_header", None):

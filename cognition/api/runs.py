@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
-from django.db import connection
+from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, QuerySet, Subquery, Sum
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -36,6 +34,7 @@ from cognition.errors import CognitionError
 from cognition.models import IdempotencyRecord
 from cognition.services import idempotency_ttl
 from cognition.tools import core_tool_schemas
+from runs.errors import RunError
 from runs.models import (
     DEFAULT_MAX_ITERATIONS,
     MAX_ITERATIONS_CEILING,
@@ -45,7 +44,10 @@ from runs.models import (
     RunStatus,
     Trigger,
 )
+from skills.errors import DomainError
 
+from . import fields
+from .pagination import CursorPage, page_params
 from .views import AGENT_PARAM, TRIGGER_PARAM, PrincipalAPIView, _errors
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -61,10 +63,10 @@ class IdempotencyConflict(CognitionError):
 
 
 class RunCreateSerializer(serializers.Serializer):
-    task = serializers.CharField(help_text="What to accomplish, in natural language.")
-    skill = serializers.CharField(required=False, allow_null=True, default=None)
+    task = fields.Text(help_text="What to accomplish, in natural language.")
+    skill = fields.Text(required=False, allow_null=True, default=None)
     tools = serializers.ListField(
-        child=serializers.CharField(),
+        child=fields.Text(),
         required=False,
         allow_null=True,
         default=None,
@@ -74,15 +76,15 @@ class RunCreateSerializer(serializers.Serializer):
         ),
     )
     domains = serializers.ListField(
-        child=serializers.CharField(),
+        child=fields.Text(),
         required=False,
         allow_null=True,
         default=None,
         help_text="Domains the sandbox may reach; [] means no network.",
     )
     inputs = serializers.DictField(required=False, allow_null=True, default=None)
-    approval_required = serializers.BooleanField(required=False, default=False)
-    max_iterations = serializers.IntegerField(
+    approval_required = fields.Boolean(required=False, default=False)
+    max_iterations = fields.Integer(
         required=False,
         allow_null=True,
         default=None,
@@ -91,8 +93,8 @@ class RunCreateSerializer(serializers.Serializer):
             f"(default {DEFAULT_MAX_ITERATIONS}; retries get at most {RETRY_MAX_ITERATIONS})."
         ),
     )
-    timeout_s = serializers.IntegerField(required=False, allow_null=True, default=None)
-    skill_review = serializers.BooleanField(
+    timeout_s = fields.Integer(required=False, allow_null=True, default=None)
+    skill_review = fields.Boolean(
         required=False, default=False, help_text="Only on an X-Motor-Trigger: motor_result call."
     )
 
@@ -168,22 +170,22 @@ class RunRetriedSerializer(RunTransitionSerializer):
 
 
 class RespondSerializer(serializers.Serializer):
-    answer = serializers.CharField(trim_whitespace=False, max_length=20000)
+    answer = fields.Text(trim_whitespace=False, max_length=20000)
 
 
 class DecisionSerializer(serializers.Serializer):
-    approval_id = serializers.IntegerField(
+    approval_id = fields.Integer(
         required=False,
         allow_null=True,
         default=None,
         min_value=1,
         help_text="The pending approval's id; defaults to the run's pending approval.",
     )
-    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+    note = fields.Text(required=False, allow_blank=True, default="", max_length=2000)
 
 
 class RetrySerializer(serializers.Serializer):
-    guidance = serializers.CharField(
+    guidance = fields.Text(
         required=False, allow_blank=True, default="", max_length=10000, trim_whitespace=False
     )
 
@@ -194,8 +196,10 @@ class RunLogSerializer(serializers.Serializer):
 
 
 class OneshotSerializer(serializers.Serializer):
-    code = serializers.CharField(trim_whitespace=False, help_text="A Python program.")
-    timeout_s = serializers.FloatField(required=False, default=5.0, help_text="0-5 seconds.")
+    code = fields.Text(trim_whitespace=False, help_text="A Python program.")
+    timeout_s = fields.Number(
+        required=False, default=5.0, min_value=0.001, max_value=5.0, help_text="0.001-5 seconds."
+    )
 
 
 class OneshotResultSerializer(serializers.Serializer):
@@ -217,14 +221,19 @@ def _trigger(request: Request) -> str:
     return request.headers.get(TRIGGER_HEADER) or Trigger.API
 
 
+# What started a run: the consent gate's triggers a run can carry (no "tick").
+RUN_TRIGGER_PARAM = OpenApiParameter(
+    TRIGGER_HEADER,
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    enum=list(Trigger.values),
+    description=TRIGGER_PARAM.description + " The run records it as its trigger (default api).",
+)
 RUN_ID_PARAM = OpenApiParameter("run_id", OpenApiTypes.STR, OpenApiParameter.PATH)
 
 
-class RunCursorPagination(CursorPagination):
+class RunCursorPagination(CursorPage):
     ordering = "-created_at"
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 200
 
 
 def _runs_queryset(*, agent_id: int, status_filter: str | None) -> QuerySet[MotorRun]:
@@ -255,18 +264,30 @@ def _list_item(run: Any) -> dict[str, Any]:
     }
 
 
-@contextmanager
-def _key_lock(scope: str, key: str) -> Iterator[None]:
-    """A PostgreSQL advisory lock on (scope, key): concurrent replays of one key run one by one."""
-    digest = hashlib.sha256(f"{scope}\x00{key}".encode()).digest()
-    lock_id = int.from_bytes(digest[:8], "big", signed=True)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [lock_id])
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [lock_id])
+class _KeyTaken(Exception):
+    """A concurrent request with the same Idempotency-Key committed its run first."""
+
+
+def _remembered(*, scope: str, key: str, fingerprint: str, ttl: timedelta) -> Response | None:
+    """The first response to `key` when it is still remembered; a conflict when it belongs to
+    another request; None when the key is free (an expired record is removed)."""
+    record = IdempotencyRecord.objects.filter(scope=scope, key=key).first()
+    if record is None:
+        return None
+    if record.created_at < timezone.now() - ttl:
+        IdempotencyRecord.objects.filter(pk=record.pk).delete()  # expired: the key is free again
+        return None
+    if record.fingerprint != fingerprint:
+        raise IdempotencyConflict(
+            f"Idempotency-Key {key!r} was used within the last 24 h for a different "
+            "request; use a new key for a new request.",
+            details={"rule": "idempotency_key_reuse", "key": key},
+        )
+    return Response(
+        record.response_body,
+        status=record.response_status,
+        headers={"Idempotent-Replayed": "true"},
+    )
 
 
 # --- views ---------------------------------------------------------------------------------------
@@ -279,15 +300,14 @@ class RunListView(PrincipalAPIView):
         parameters=[
             AGENT_PARAM,
             OpenApiParameter("status", OpenApiTypes.STR, enum=RunStatus.values),
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
+            *page_params(),
         ],
         responses={200: RunPageSerializer, **_errors(400, 401, 404)},
     )
     def get(self, request: Request) -> Response:
         agent = self.scope_agent(request)
-        status_filter = request.query_params.get("status") or None
-        if status_filter and status_filter not in RunStatus.values:
+        status_filter = request.query_params.get("status")
+        if status_filter is not None and status_filter not in RunStatus.values:
             raise ValidationError({"status": [f"Must be one of {', '.join(RunStatus.values)}."]})
         paginator = RunCursorPagination()
         page = paginator.paginate_queryset(
@@ -307,10 +327,10 @@ class RunListView(PrincipalAPIView):
         ),
         parameters=[
             AGENT_PARAM,
-            TRIGGER_PARAM,
+            RUN_TRIGGER_PARAM,
             OpenApiParameter(
                 IDEMPOTENCY_HEADER,
-                OpenApiTypes.STR,
+                {"type": "string", "pattern": "^[!-~]{1,255}$"},
                 OpenApiParameter.HEADER,
                 description="1-255 printable ASCII characters; replays within 24 h are safe.",
             ),
@@ -359,34 +379,41 @@ class RunListView(PrincipalAPIView):
                 default=str,
             ).encode()
         ).hexdigest()
-        with _key_lock(scope, key):
-            record = IdempotencyRecord.objects.filter(scope=scope, key=key).first()
-            if record is not None and record.created_at < timezone.now() - idempotency_ttl():
-                record.delete()  # expired: the key is free again
-                record = None
-            if record is not None:
-                if record.fingerprint != fingerprint:
-                    raise IdempotencyConflict(
-                        f"Idempotency-Key {key!r} was used within the last 24 h for a different "
-                        "request; use a new key for a new request.",
-                        details={"rule": "idempotency_key_reuse", "key": key},
+        # No lock: the record is written in the transaction that creates the run, and its unique
+        # (scope, key) lets one request win on either database. A concurrent request with the
+        # same key then either fails that insert (PostgreSQL waits for the winner's commit) or is
+        # refused on the way (the agent is busy, SQLite serialized it after the winner); both
+        # find the winner's record and answer its response.
+        ttl = idempotency_ttl()
+        replay = _remembered(scope=scope, key=key, fingerprint=fingerprint, ttl=ttl)
+        if replay is not None:
+            return replay
+
+        def remember(result: dict[str, Any]) -> None:
+            try:
+                with transaction.atomic():
+                    IdempotencyRecord.objects.create(
+                        scope=scope,
+                        key=key,
+                        fingerprint=fingerprint,
+                        response_status=status.HTTP_201_CREATED,
+                        response_body=result,
                     )
-                return Response(
-                    record.response_body,
-                    status=record.response_status,
-                    headers={"Idempotent-Replayed": "true"},
-                )
+            except IntegrityError:
+                raise _KeyTaken() from None  # rolls back this request's run and charge
 
-            def remember(result: dict[str, Any]) -> None:
-                IdempotencyRecord.objects.create(
-                    scope=scope,
-                    key=key,
-                    fingerprint=fingerprint,
-                    response_status=status.HTTP_201_CREATED,
-                    response_body=result,
-                )
-
+        try:
             return Response(act(remember), status=status.HTTP_201_CREATED)
+        except (_KeyTaken, DomainError, RunError) as exc:
+            replay = _remembered(scope=scope, key=key, fingerprint=fingerprint, ttl=ttl)
+            if replay is not None:
+                return replay
+            if isinstance(exc, _KeyTaken):  # the winner's record expired in between
+                raise IdempotencyConflict(
+                    f"Idempotency-Key {key!r} was taken by a concurrent request; retry it.",
+                    details={"rule": "idempotency_key_race", "key": key},
+                ) from None
+            raise
 
 
 class RunDetailView(PrincipalAPIView):

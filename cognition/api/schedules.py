@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from cognition import schedules as svc
 from cognition.models import Schedule, ScheduleOutcome, ScheduleSkipReason
 
+from . import fields
+from .pagination import CursorPage, page_params
 from .serializers import _page_of
 from .views import AGENT_PARAM, MAX_BIGINT, TRIGGER_PARAM, PrincipalAPIView, _errors
 
@@ -31,27 +31,27 @@ from .views import AGENT_PARAM, MAX_BIGINT, TRIGGER_PARAM, PrincipalAPIView, _er
 
 
 class ScheduleWriteSerializer(serializers.Serializer):
-    skill = serializers.CharField(help_text="Name of one of the agent's skills.")
+    skill = fields.Text(help_text="Name of one of the agent's skills.")
     # Blank and whitespace-only text reach the service, which names the rule (task: not_empty).
-    task = serializers.CharField(
+    task = fields.Text(
         allow_blank=True, trim_whitespace=False, help_text="What each run should accomplish."
     )
     inputs = serializers.DictField(
         required=False, allow_null=True, help_text="JSON object handed to each run with the task."
     )
-    crontab = serializers.CharField(
+    crontab = fields.Text(
         required=False,
         allow_null=True,
         allow_blank=True,
         help_text="Five fields: minute hour day-of-month month day-of-week (e.g. '0 7 * * mon-fri').",
     )
-    interval_seconds = serializers.IntegerField(
+    interval_seconds = fields.Integer(
         required=False, allow_null=True, help_text="Fire every N seconds (N >= 1)."
     )
-    timezone = serializers.CharField(
+    timezone = fields.Text(
         required=False, help_text="IANA time zone the crontab is read in; default UTC."
     )
-    enabled = serializers.BooleanField(required=False, help_text="Default true.")
+    enabled = fields.Boolean(required=False, help_text="Default true.")
 
 
 class OccurrenceSerializer(serializers.Serializer):
@@ -90,21 +90,15 @@ SchedulePageSerializer = _page_of(ScheduleSerializer, "SchedulePageSerializer")
 OccurrencePageSerializer = _page_of(OccurrenceSerializer, "OccurrencePageSerializer")
 
 
-class ScheduleCursorPagination(CursorPagination):
+class ScheduleCursorPagination(CursorPage):
     ordering = "id"
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 200
 
 
 class OccurrenceCursorPagination(ScheduleCursorPagination):
     ordering = "-id"  # newest first
 
 
-PAGE_PARAMS = [
-    OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
-    OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
-]
+PAGE_PARAMS = page_params()
 
 
 # --- views ---------------------------------------------------------------------------------------

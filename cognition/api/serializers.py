@@ -8,6 +8,8 @@ from rest_framework import serializers
 from cognition.vault import MAX_VALUE_CHARS
 from skills.models import PolicyStatus
 
+from . import fields
+
 
 class ErrorDetailSerializer(serializers.Serializer):
     code = serializers.CharField(help_text="Stable machine-readable code, e.g. consent_required.")
@@ -62,7 +64,7 @@ class SkillDetailSerializer(serializers.Serializer):
 
 
 class SkillImportSerializer(serializers.Serializer):
-    skill_md = serializers.CharField(
+    skill_md = fields.Text(
         trim_whitespace=False,
         help_text="The full text of a SKILL.md (frontmatter with name and description, then body).",
     )
@@ -92,33 +94,33 @@ class SkillReviewSerializer(serializers.Serializer):
 
 
 class ApproveSerializer(serializers.Serializer):
-    note = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+    note = fields.Text(required=False, allow_blank=True, default="", max_length=2000)
 
 
 class RejectSerializer(serializers.Serializer):
-    note = serializers.CharField(max_length=2000, help_text="Required: what is wrong.")
+    note = fields.Text(max_length=2000, help_text="Required: what is wrong.")
 
 
 class SkillUpdateSerializer(serializers.Serializer):
     domains = serializers.ListField(
-        child=serializers.CharField(), required=False, help_text="Replaces allowed_domains."
+        child=fields.Text(), required=False, help_text="Replaces allowed_domains."
     )
     credentials = serializers.ListField(
-        child=serializers.CharField(), required=False, help_text="Replaces required_credentials."
+        child=fields.Text(), required=False, help_text="Replaces required_credentials."
     )
-    tools = serializers.ListField(child=serializers.CharField(), required=False)
-    dependencies = serializers.ListField(child=serializers.CharField(), required=False)
+    tools = serializers.ListField(child=fields.Text(), required=False)
+    dependencies = serializers.ListField(child=fields.Text(), required=False)
     inputs = serializers.DictField(required=False, help_text="JSON schema of the inputs.")
     credential_values = serializers.DictField(
-        child=serializers.CharField(max_length=MAX_VALUE_CHARS),
+        child=fields.Text(max_length=MAX_VALUE_CHARS),
         required=False,
         write_only=True,
         help_text="Write-only: skill-stored values for names in credentials.",
     )
     clear_credential_values = serializers.ListField(
-        child=serializers.CharField(), required=False, help_text="Names whose values to remove."
+        child=fields.Text(), required=False, help_text="Names whose values to remove."
     )
-    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+    reason = fields.Text(required=False, allow_blank=True, default="", max_length=2000)
 
     def validate(self, attrs: dict) -> dict:
         if not (set(attrs) - {"reason"}):
@@ -141,7 +143,7 @@ class CredentialSerializer(serializers.Serializer):
 
 
 class CredentialWriteSerializer(serializers.Serializer):
-    value = serializers.CharField(
+    value = fields.Text(
         write_only=True,
         trim_whitespace=False,
         max_length=MAX_VALUE_CHARS,
@@ -182,7 +184,7 @@ class PersonalTokenSerializer(serializers.Serializer):
 
 
 class PersonalTokenCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100, help_text="What the token is for, e.g. 'laptop'.")
+    name = fields.Text(max_length=100, help_text="What the token is for, e.g. 'laptop'.")
 
 
 class IssuedPersonalTokenSerializer(PersonalTokenSerializer):

@@ -33,7 +33,7 @@ import redis
 from django.conf import settings
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -45,6 +45,7 @@ from runs.db import release_db_connection
 from runs.models import SignalKind
 from runs.selectors import signal_list
 
+from . import fields
 from .views import AGENT_PARAM, MAX_BIGINT, PrincipalAPIView, _errors
 
 #: seconds between database re-reads while waiting on the pub/sub channel
@@ -75,9 +76,9 @@ class SignalPageSerializer(serializers.Serializer):
 
 
 class SignalQuerySerializer(serializers.Serializer):
-    after = serializers.IntegerField(min_value=0, max_value=MAX_BIGINT, default=0)
-    wait = serializers.IntegerField(min_value=0, max_value=MAX_BIGINT, default=0)
-    limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=100)
+    after = fields.QueryInteger(min_value=0, max_value=MAX_BIGINT, default=0)
+    wait = fields.QueryInteger(min_value=0, max_value=MAX_BIGINT, default=0)
+    limit = fields.QueryInteger(min_value=1, max_value=MAX_LIMIT, default=100)
 
 
 class EventStreamRenderer(BaseRenderer):
@@ -97,16 +98,19 @@ class EventStreamRenderer(BaseRenderer):
 
 AFTER_PARAM = OpenApiParameter(
     "after",
-    OpenApiTypes.INT,
+    {"type": "integer", "minimum": 0, "maximum": MAX_BIGINT},
     OpenApiParameter.QUERY,
     description="Cursor: return signals with seq greater than this (0 = from the start).",
 )
 LIMIT_PARAM = OpenApiParameter(
-    "limit", OpenApiTypes.INT, OpenApiParameter.QUERY, description="1-1000 signals (default 100)."
+    "limit",
+    {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},
+    OpenApiParameter.QUERY,
+    description="1-1000 signals (default 100).",
 )
 WAIT_PARAM = OpenApiParameter(
     "wait",
-    OpenApiTypes.INT,
+    {"type": "integer", "minimum": 0, "maximum": MAX_BIGINT},
     OpenApiParameter.QUERY,
     description=(
         "Long-poll: seconds to wait for a signal when none is there yet (default 0, capped at "
@@ -115,7 +119,7 @@ WAIT_PARAM = OpenApiParameter(
 )
 LAST_EVENT_ID_PARAM = OpenApiParameter(
     LAST_EVENT_ID,
-    OpenApiTypes.STR,
+    {"type": "string", "pattern": "^[0-9]{1,18}$"},
     OpenApiParameter.HEADER,
     description="Resume after this seq (sent by EventSource on reconnect); overrides ?after.",
 )
@@ -268,7 +272,21 @@ class SignalStreamView(PrincipalAPIView):
         parameters=[AFTER_PARAM, LAST_EVENT_ID_PARAM, AGENT_PARAM],
         responses={
             (200, "text/event-stream"): OpenApiResponse(
-                OpenApiTypes.STR, description="id: <seq>\\ndata: <signal JSON>\\n\\n per signal"
+                OpenApiTypes.STR,
+                description=(
+                    "Server-sent events (text/event-stream, UTF-8). First `retry: 1000`; then per "
+                    "signal, in seq order: `id: <seq>` and `data: <the signal as one line of JSON, "
+                    "the Signal schema>`, then a blank line; while idle a comment line "
+                    "`: heartbeat`; at the end a comment naming the seq to resume after."
+                ),
+                examples=[
+                    OpenApiExample(
+                        "one signal",
+                        value='retry: 1000\n\nid: 7\ndata: {"agent":1,"created_at":"…",'
+                        '"id":42,"kind":"motor_result","payload":{},"run_id":"r_1","seq":7}\n\n'
+                        ": heartbeat\n\n",
+                    )
+                ],
             ),
             **_errors(400, 401, 404),
         },
@@ -278,7 +296,7 @@ class SignalStreamView(PrincipalAPIView):
         last_event_id = request.headers.get(LAST_EVENT_ID)
         if last_event_id is not None:
             value = last_event_id.strip()
-            if not (value.isascii() and value.isdigit() and int(value) <= MAX_BIGINT):
+            if not (value.isascii() and value.isdigit() and len(value) <= 18):
                 raise ValidationError(
                     {LAST_EVENT_ID: ["Must be the seq of the last event received (an integer)."]}
                 )

@@ -53,7 +53,7 @@ from skills.services import (
 )
 
 from .authentication import BearerAuthentication, PrincipalSessionAuthentication
-from .pagination import NameCursorPagination
+from .pagination import NameCursorPagination, page_params
 from .permissions import HasPrincipal
 from .serializers import (
     AgentPageSerializer,
@@ -159,16 +159,19 @@ class SkillListView(PrincipalAPIView):
             OpenApiParameter(
                 "status", OpenApiTypes.STR, enum=PolicyStatus.values, description="Policy status."
             ),
-            OpenApiParameter("name", OpenApiTypes.STR, description="Substring of the skill name."),
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
+            OpenApiParameter(
+                "name",
+                {"type": "string", "maxLength": 64, "pattern": "^[^\x00]*$"},
+                description="Substring of the skill name (at most 64 characters).",
+            ),
+            *page_params(),
         ],
         responses={200: SkillPageSerializer, **_errors(400, 401, 404)},
     )
     def get(self, request: Request) -> Response:
         agent = self.scope_agent(request)
-        status_filter = request.query_params.get("status") or None
-        if status_filter and status_filter not in PolicyStatus.values:
+        status_filter = request.query_params.get("status")
+        if status_filter is not None and status_filter not in PolicyStatus.values:
             raise ValidationError({"status": [f"Must be one of {', '.join(PolicyStatus.values)}."]})
         name_filter = request.query_params.get("name") or None
         if name_filter is not None and ("\x00" in name_filter or len(name_filter) > 64):
@@ -325,8 +328,7 @@ class CredentialListView(PrincipalAPIView):
         summary="Names of the agent's vault credentials (values are never returned)",
         parameters=[
             AGENT_PARAM,
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
+            *page_params(),
         ],
         responses={200: CredentialPageSerializer, **_errors(400, 401, 404)},
     )
@@ -337,11 +339,20 @@ class CredentialListView(PrincipalAPIView):
         return paginator.get_paginated_response(CredentialSerializer(page, many=True).data)
 
 
+CREDENTIAL_NAME_PARAM = OpenApiParameter(
+    "name",
+    {"type": "string", "pattern": "^([Vv][Aa][Uu][Ll][Tt]_)?[A-Za-z_][A-Za-z0-9_]{0,63}$"},
+    OpenApiParameter.PATH,
+    description="1-64 ASCII letters, digits and underscores, not starting with a digit; a "
+    "VAULT_ prefix is dropped.",
+)
+
+
 class CredentialDetailView(PrincipalAPIView):
     @extend_schema(
         operation_id="credentials_set",
         summary="Store or replace a vault credential (a VAULT_ prefix is dropped)",
-        parameters=[AGENT_PARAM],
+        parameters=[AGENT_PARAM, CREDENTIAL_NAME_PARAM],
         request=CredentialWriteSerializer,
         responses={200: CredentialSerializer, **_errors(400, 401, 404)},
     )
@@ -360,7 +371,7 @@ class CredentialDetailView(PrincipalAPIView):
     @extend_schema(
         operation_id="credentials_delete",
         summary="Remove a vault credential",
-        parameters=[AGENT_PARAM],
+        parameters=[AGENT_PARAM, CREDENTIAL_NAME_PARAM],
         request=None,
         responses={204: None, **_errors(400, 401, 404)},
     )
@@ -411,10 +422,9 @@ class AgentListView(PrincipalAPIView):
         operation_id="agents_list",
         summary="Agents the caller may act for (an agent sees only itself)",
         parameters=[
-            OpenApiParameter("cursor", OpenApiTypes.STR, description="Pagination cursor."),
-            OpenApiParameter("page_size", OpenApiTypes.INT, description="1-200, default 50."),
+            *page_params(),
         ],
-        responses={200: AgentPageSerializer, **_errors(401)},
+        responses={200: AgentPageSerializer, **_errors(400, 401)},
     )
     def get(self, request: Request) -> Response:
         principal = self.principal(request)

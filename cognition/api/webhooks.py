@@ -18,6 +18,7 @@ from cognition.errors import HumanRequired
 from cognition.models import Agent
 from cognition.selectors import agent_for_human
 
+from . import fields
 from .views import PrincipalAPIView, _errors
 
 
@@ -36,7 +37,7 @@ class WebhookUpdatedSerializer(WebhookSerializer):
 
 
 class WebhookWriteSerializer(serializers.Serializer):
-    url = serializers.CharField(
+    url = fields.Text(
         allow_blank=True,
         max_length=2000,
         help_text="http:// or https:// URL without user name or password; empty to remove.",

@@ -173,3 +173,18 @@ def test_an_owner_without_the_admin_permission_on_agents_cannot_open_the_page() 
         == 403
     )
     assert Agent.objects.get(pk=agent.pk).webhook_url == ""
+
+
+def test_a_private_address_is_refused_on_the_admin_page_naming_the_setting(settings) -> None:
+    settings.MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = False
+    owner = make_user("olivia", perms=VIEW_AGENTS)
+    agent = make_agent("scout", owner=owner)
+
+    response = login(owner).post(webhook_page(agent), {"webhook_url": "http://127.0.0.1/hook"})
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "errorlist" in page
+    assert "MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES=true" in page
+    stored = Agent.objects.get(pk=agent.pk)
+    assert (stored.webhook_url, stored.webhook_secret) == ("", "")

@@ -304,7 +304,9 @@ def test_a_trusted_agent_relaying_a_user_message_approves(world: World) -> None:
     alpha.get(url("mailer", "review"))
     trust(world.alpha)
 
-    response = alpha.post(url("mailer", "approve"), {"note": "user said yes"}, **USER_MESSAGE)
+    response = alpha.post(
+        url("mailer", "approve"), {"note": "user said yes"}, format="json", **USER_MESSAGE
+    )
 
     assert response.status_code == 200
     assert response.json()["status"] == "approved"

@@ -88,3 +88,64 @@ def test_a_bad_url_is_a_400_naming_the_rule_and_nothing_changes(
     )
     stored = Agent.objects.get(pk=world.alpha.pk)
     assert (stored.webhook_url, stored.webhook_secret) == ("", "")
+
+
+PRIVATE_URLS = [
+    ("http://127.0.0.1:8080/hook", "loopback", "127.0.0.1"),
+    ("http://localhost/hook", "loopback", "127.0.0.1"),
+    ("https://10.0.0.5/hook", "private", "10.0.0.5"),
+    ("http://[::1]/hook", "loopback", "::1"),
+    ("http://169.254.169.254/latest", "cloud metadata", "169.254.169.254"),
+]
+
+
+@pytest.mark.parametrize("url, kind, address", PRIVATE_URLS)
+def test_a_private_address_is_refused_naming_the_setting_while_it_is_off(
+    world: World, session_client, settings, url: str, kind: str, address: str
+) -> None:
+    # given private receivers are off (the default) and the agent has a webhook
+    settings.MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = False
+    client = session_client(world.olivia)
+    client.put("/api/v1/agents/alpha/webhook/", {"url": URL}, format="json")
+    before = Agent.objects.get(pk=world.alpha.pk)
+
+    # when the owner sets a URL whose host is on this host or the internal network
+    response = client.put("/api/v1/agents/alpha/webhook/", {"url": url}, format="json")
+
+    # then it is refused, naming the address and the setting that would allow it
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "webhook_invalid"
+    assert error["details"] == {
+        "field": "webhook_url",
+        "rule": "private_address",
+        "setting": "MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES",
+        "address": address,
+    }
+    assert error["message"] == (
+        f"The webhook host resolves to a {kind} address ({address}) and "
+        "MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES is off, so no signal could be delivered to it. "
+        "Set MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES=true for a receiver on this host or network."
+    )
+    # and the stored webhook is the one before
+    after = Agent.objects.get(pk=world.alpha.pk)
+    assert (after.webhook_url, after.webhook_secret) == (URL, before.webhook_secret)
+
+
+def test_a_private_address_is_accepted_when_the_setting_allows_it(
+    world: World, session_client, settings
+) -> None:
+    settings.MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = True
+    response = session_client(world.olivia).put(
+        "/api/v1/agents/alpha/webhook/", {"url": "http://127.0.0.1:8080/hook"}, format="json"
+    )
+    assert response.status_code == 200
+    assert Agent.objects.get(pk=world.alpha.pk).webhook_url == "http://127.0.0.1:8080/hook"
+
+
+def test_a_host_that_does_not_resolve_yet_is_accepted(world: World, session_client) -> None:
+    # delivery checks the addresses again on every attempt; a name may get its address later
+    response = session_client(world.olivia).put(
+        "/api/v1/agents/alpha/webhook/", {"url": "https://brain.invalid/hook"}, format="json"
+    )
+    assert response.status_code == 200

@@ -66,11 +66,13 @@ def test_a_receiver_on_a_private_address_is_refused_unless_allowed(
     receiver: Receiver,  # noqa: F811
     settings,
 ) -> None:
-    settings.MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = False
+    # given a receiver saved while private addresses were allowed (saving one is refused while
+    # they are not; delivery checks again, for a setting or a DNS answer changed since)
     agent = make_agent("scout", owner=make_user("olivia"))
     receiver.secrets["/alpha"] = agent_set_webhook(
         agent=agent, url=f"{receiver.base_url}/alpha", actor="t"
     ).raw
+    settings.MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = False
 
     signal = signal_emit(agent_id=agent.pk, kind="motor_result", payload={"status": "completed"})
 
