@@ -17,7 +17,8 @@ from rest_framework.test import APIClient
 from cognition.api.parsers import MAX_JSON_DEPTH
 from cognition.models import IdempotencyRecord, PersonalToken
 from runs.models import MotorRun
-from skills.services import Actor, skill_import_pasted
+from skills.imports import skill_import_pasted
+from skills.services import Actor
 
 from .conftest import World, bearer, skill_md, state_snapshot
 
