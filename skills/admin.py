@@ -26,6 +26,7 @@ from django.utils.http import content_disposition_header
 from django.utils.safestring import SafeString
 
 from skills import selectors, services
+from skills.admin_filters import PolicyStatusFilter
 from skills.errors import CredentialsUnreadable, SkillError
 from skills.models import (
     Policy,
@@ -585,7 +586,7 @@ class PolicyAdmin(admin.ModelAdmin):
         "updated_at",
     )
     list_display_links = ("skill_name",)
-    list_filter = ("status", "agent", "skill")
+    list_filter = (PolicyStatusFilter, "agent", "skill")
     search_fields = ("skill__name", "agent__name")
     list_select_related = ("skill", "agent", "approved_by")
     actions = ("run_review",)

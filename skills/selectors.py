@@ -10,7 +10,14 @@ from django.db.models import Model, Prefetch, QuerySet
 
 from skills.crypto import decrypt_json
 from skills.errors import PolicyNotFound, SkillNotFound, SkillVersionNotFound
-from skills.models import Policy, PolicyAuditEvent, Skill, SkillFile, SkillVersion
+from skills.models import (
+    Policy,
+    PolicyAuditEvent,
+    PolicyStatus,
+    Skill,
+    SkillFile,
+    SkillVersion,
+)
 
 REDACTED = "[set]"
 
@@ -151,3 +158,16 @@ def policy_audit_trail(*, policy: Policy) -> QuerySet[PolicyAuditEvent]:
 
 def skill_audit_trail(*, skill_name: str) -> QuerySet[PolicyAuditEvent]:
     return PolicyAuditEvent.objects.filter(skill_name=skill_name).select_related("actor")
+
+
+def policies_to_review() -> QuerySet[Policy]:
+    """Policies that wait for a person's decision: pending review, reviewed, or needing
+    re-approval. A rejected one (with a rejection note) waits for a new version instead."""
+    return Policy.objects.filter(
+        status__in=[
+            PolicyStatus.PENDING_REVIEW,
+            PolicyStatus.REVIEWED,
+            PolicyStatus.NEEDS_REAPPROVAL,
+        ],
+        rejection_note="",
+    )

@@ -193,6 +193,7 @@ def test_the_first_hour_from_the_readme_works_in_the_browser(
     assert sorted(page.locator("#result_list tbody th a").all_inner_texts()) == sorted(
         [*EXAMPLE_SKILLS, "weather-report"]
     )
+    expect(page.locator("#changelist-filter li.selected", has_text="To review")).to_have_count(1)
     _shot(page, artifacts_dir, "09_skills_to_review")
 
     # when they open its review
