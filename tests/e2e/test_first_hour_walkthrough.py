@@ -177,6 +177,10 @@ def test_the_first_hour_from_the_readme_works_in_the_browser(
     )
     expect(page.locator("#result-summary")).to_have_text("Created the weather-report skill.")
     expect(page.locator("#trace")).to_contain_text("write")
+    # and it names the skill the run wrote, waiting for review, with a link to the review
+    expect(page.locator("#result-skills li")).to_have_text(
+        ["created weather-report (pending review)"]
+    )
     _shot(page, artifacts_dir, "08_run_completed")
 
     # and the skill it wrote waits for review, with the three examples
