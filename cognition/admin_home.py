@@ -8,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Model, QuerySet
+from django.db.models import Model
 from django.urls import reverse
 
 from cognition.models import DeliveryState, SignalDelivery
 from runs.models import MotorRun, RunStatus
-from skills.models import Policy, PolicyStatus
+from skills.admin_filters import TO_REVIEW
+from skills.models import Policy
+from skills.selectors import policies_to_review
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,29 +43,17 @@ def _may_view(user: AbstractBaseUser, model: type[Model]) -> bool:
     )
 
 
-def _skills_to_review() -> QuerySet[Policy]:
-    # A rejected policy (with a rejection note) waits for a new version, not for a person.
-    return Policy.objects.filter(
-        status__in=[
-            PolicyStatus.PENDING_REVIEW,
-            PolicyStatus.REVIEWED,
-            PolicyStatus.NEEDS_REAPPROVAL,
-        ],
-        rejection_note="",
-    )
-
-
 def awaiting_human(*, user: AbstractBaseUser) -> list[Awaiting]:
     """The kinds of waiting work `user` may see, in the order a reviewer handles them."""
     items: list[Awaiting] = []
     if _may_view(user, Policy):
-        policies = _skills_to_review()
+        policies = policies_to_review()
         items.append(
             Awaiting(
                 key="skills_to_review",
                 label="Skills to review",
                 count=policies.count(),
-                url=_list_url(Policy, status__in="pending_review,reviewed,needs_reapproval"),
+                url=_list_url(Policy, status=TO_REVIEW),
             )
         )
     if _may_view(user, MotorRun):

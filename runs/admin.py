@@ -29,6 +29,7 @@ from django.utils.text import Truncator
 from django.views.decorators.http import require_POST
 
 from runs import services
+from runs.admin_skills import skills_written
 from runs.errors import RunError
 from runs.models import (
     TERMINAL_STATUSES,
@@ -173,6 +174,7 @@ def console_state(run: MotorRun) -> dict[str, Any]:
         "approval": approval_view,
         "result": result,
         "result_summary": str(result.get("summary") or ""),
+        "skills_written": skills_written(run) if terminal else [],
         "stats": stats,
         "failure": failure,
         "can_cancel": run.status not in TERMINAL_STATUSES,

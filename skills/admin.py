@@ -28,6 +28,7 @@ from sandbox import egress
 from sandbox.types import NetworkPolicy
 from skills import approval, imports, selectors, services
 from skills.admin_disabling import disable_for_agent, enable_for_agent, enabled_column
+from skills.admin_filters import PolicyStatusFilter
 from skills.admin_json import PrettyJSONMixin
 from skills.errors import CredentialsUnreadable, SkillError
 from skills.models import (
@@ -663,7 +664,7 @@ class PolicyAdmin(admin.ModelAdmin):
         "updated_at",
     )
     list_display_links = ("skill_name",)
-    list_filter = ("status", RejectedFilter, "agent", "skill")
+    list_filter = (PolicyStatusFilter, RejectedFilter, "agent", "skill")
     search_fields = ("skill__name", "agent__name")
     list_select_related = ("skill", "skill__current_version", "agent", "approved_by")
     actions = ("run_review", disable_for_agent, enable_for_agent)

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
 
 from skills import services
 from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus
@@ -171,15 +170,6 @@ def policy_is_rejected(policy: Policy) -> bool:
     (`Policy.content_changed`), which ends "rejected" without another write.
     """
     return _rejected(policy)
-
-
-def rejected_q() -> Q:
-    """`policy_is_rejected` as a queryset filter over policies."""
-    return (
-        Q(status=PolicyStatus.PENDING_REVIEW)
-        & ~Q(rejection_note="")
-        & Q(reviewed_hash=F("skill__current_version__content_hash"))
-    )
 
 
 def _edited_for(policy: Policy, content_hash: str) -> list[str]:

@@ -6,11 +6,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Model, Prefetch, QuerySet
+from django.db.models import F, Model, Prefetch, Q, QuerySet
 
 from skills.crypto import decrypt_json
 from skills.errors import PolicyNotFound, SkillNotFound, SkillVersionNotFound
-from skills.models import Policy, PolicyAuditEvent, Skill, SkillFile, SkillVersion
+from skills.models import (
+    Policy,
+    PolicyAuditEvent,
+    PolicyStatus,
+    Skill,
+    SkillFile,
+    SkillVersion,
+)
 
 REDACTED = "[set]"
 
@@ -151,3 +158,25 @@ def policy_audit_trail(*, policy: Policy) -> QuerySet[PolicyAuditEvent]:
 
 def skill_audit_trail(*, skill_name: str) -> QuerySet[PolicyAuditEvent]:
     return PolicyAuditEvent.objects.filter(skill_name=skill_name).select_related("actor")
+
+
+def policies_to_review() -> QuerySet[Policy]:
+    """Policies that wait for a person's decision: pending review, reviewed, or needing
+    re-approval. A rejected one (`rejected_q`) waits for a new version instead."""
+    return Policy.objects.filter(
+        status__in=[
+            PolicyStatus.PENDING_REVIEW,
+            PolicyStatus.REVIEWED,
+            PolicyStatus.NEEDS_REAPPROVAL,
+        ],
+    ).exclude(rejected_q())
+
+
+def rejected_q() -> Q:
+    """Policies a person rejected whose content has not changed since: they stay pending review
+    (seed 000's states) but wait for a new version, not for a decision."""
+    return (
+        Q(status=PolicyStatus.PENDING_REVIEW)
+        & ~Q(rejection_note="")
+        & Q(reviewed_hash=F("skill__current_version__content_hash"))
+    )

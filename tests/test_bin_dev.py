@@ -35,7 +35,10 @@ def test_the_summary_says_the_llm_is_not_configured(settings, tmp_path: Path) ->
     settings.LLM_BASE_URL = ""
     # when the summary is printed
     text = _summary(tmp_path)
-    # then it gives the pages, the login, the logs and how to configure an LLM
+    # then it gives the pages (the landing page first), the login, the logs and how to
+    # configure an LLM
+    assert "  Home:      http://127.0.0.1:8123/" in text
+    assert text.index("  Home:") < text.index("  Chat:")
     assert "  Chat:      http://127.0.0.1:8123/chat/" in text
     assert "  Admin:     http://127.0.0.1:8123/admin/" in text
     assert "  API docs:  http://127.0.0.1:8123/api/docs/" in text
@@ -103,8 +106,9 @@ def test_bin_dev_prints_the_summary_last_and_logs_to_files(tmp_path: Path) -> No
         # then the summary is the last thing printed, with the login of the data dir
         username, password = (data / "admin-login.txt").read_text().split("\n")[:2]
         lines = [line for line in printed.splitlines() if line.strip()]
-        assert lines[-8:] == [
+        assert lines[-9:] == [
             "Motor Cortex is running.",
+            f"  Home:      http://127.0.0.1:{port}/",
             f"  Chat:      http://127.0.0.1:{port}/chat/",
             f"  Admin:     http://127.0.0.1:{port}/admin/",
             f"  API docs:  http://127.0.0.1:{port}/api/docs/",
@@ -115,7 +119,7 @@ def test_bin_dev_prints_the_summary_last_and_logs_to_files(tmp_path: Path) -> No
             "  Stop:      Ctrl-C",
         ]
         # and nothing of the migrations, the Celery banners or the web server reached it
-        assert len(lines) <= 12, printed
+        assert len(lines) <= 13, printed
         for noise in ("Applying ", "celery@", "[tasks]", "Starting development server"):
             assert noise not in printed
         # and the services' output is in their files, and the web server answers

@@ -170,8 +170,11 @@ def get_item(mapping: object, key: str) -> object:
 
 
 def _short(value: object) -> str:
+    # Nested values read as text too: a Python repr ({'run_id': ...}) is noise to a reviewer.
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(str(v) for v in value) + "]"
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return ", ".join(f"{key} {_short(item)}" for key, item in value.items())
     return str(value)
 
 

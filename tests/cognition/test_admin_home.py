@@ -3,6 +3,7 @@ home page, and list tables that fit a 1280 px screen."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,7 @@ def test_the_home_page_lists_what_awaits_a_human_with_counts_and_links(world: Wo
             "skills_to_review",
             "Skills to review",
             2,
-            "/admin/skills/policy/?status__in=pending_review,reviewed,needs_reapproval",
+            "/admin/skills/policy/?status=to_review",
         ),
         (
             "approvals_pending",
@@ -99,15 +100,26 @@ def test_the_home_page_lists_what_awaits_a_human_with_counts_and_links(world: Wo
         assert client.get(url).status_code == 200
 
 
-def test_the_skills_link_lists_the_policies_to_review(world: World) -> None:
+def test_the_skills_link_lists_exactly_the_policies_it_counts(world: World) -> None:
+    # given two skills to review and a rejected one (which waits for a new version)
     _waiting_work(world)
     root = make_user("root", superuser=True)
     client = Client()
     client.force_login(root)
-    listing = client.get(
-        "/admin/skills/policy/?status__in=pending_review,reviewed,needs_reapproval"
-    ).content.decode()
-    assert "mailer" in listing and "invoicer" in listing
+    # when the home page's "Skills to review" link is followed
+    row = _panel(client.get("/admin/").content.decode()).split('id="awaiting-skills_to_review"')[1]
+    url = re.search(r'<a href="([^"]+)">2</a>', row)[1].replace("&amp;", "&")
+    listing = client.get(url)
+    # then the list holds the two it counted, not the rejected one
+    rows = listing.context["cl"].result_list
+    assert sorted(p.skill.name for p in rows) == ["invoicer", "mailer"]
+    # and its status filter shows that choice as the selected one, not "All"
+    html = listing.content.decode()
+    assert re.search(r'<li class="selected">\s*<a href="[^"]*">To review</a>', html)
+    assert not re.search(
+        r'<li class="selected">\s*<a href="[^"]*">All</a></li>\s*<li>\s*<a href="[^"]*">To review',
+        html,
+    )
 
 
 def test_a_user_sees_only_the_waiting_work_they_may_open(world: World) -> None:

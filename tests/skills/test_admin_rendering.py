@@ -102,3 +102,21 @@ def test_badges_and_short_hashes() -> None:
     assert status_badge("<b>") == '<span class="mc-badge mc-badge--&lt;b&gt;">&lt;b&gt;</span>'
     assert short_hash("sha256:" + "ab" * 32) == "sha256:abababababab"
     assert short_hash("cd" * 32) == "cdcdcdcdcdcd"
+
+
+def test_nested_change_values_read_as_text_not_as_python_reprs() -> None:
+    # given the changes an extraction records (a nested object, lists inside it)
+    changes = {
+        "files": ["SKILL.md"],
+        "extracted_from": {
+            "run_id": "run_3026d0928032",
+            "changed_files": ["SKILL.md"],
+            "deleted_files": [],
+        },
+    }
+
+    # then each nested field reads as "name value", without quotes or braces
+    assert format_changes(changes) == [
+        "files: [SKILL.md]",
+        "extracted_from: run_id run_3026d0928032, changed_files [SKILL.md], deleted_files []",
+    ]

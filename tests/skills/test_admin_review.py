@@ -750,3 +750,50 @@ def test_an_audit_row_shows_its_changes_indented_and_the_policy_by_names(
         in page
     )
     assert "weather-report for scout (pending_review)" in page
+
+
+def _install_version(root: Path, agent, *, extracted_from: dict) -> Policy:
+    """weather-report installed as a run's extraction does: no source, `extracted_from` set."""
+    from skills import bundle as bundle_lib
+    from skills.services import skill_install_bundle
+
+    skill_dir = root / "weather-report"
+    for rel, text in WEATHER_SKILL.items():
+        (skill_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (skill_dir / rel).write_text(text)
+    bundle = bundle_lib.bundle_from_directory(skill_dir, limits=bundle_lib.BundleLimits())
+    result = skill_install_bundle(
+        bundle=bundle, actor=Actor.system("run"), agent=agent, extracted_from=extracted_from
+    )
+    assert result.policy is not None
+    return result.policy
+
+
+def test_a_skill_a_run_wrote_names_the_run_as_its_origin_not_an_unknown_source(
+    approver: User, tmp_path: Path
+) -> None:
+    # given a version that a run wrote (no source of its own, extracted from the run)
+    policy = _install_version(
+        tmp_path, make_agent("scout"), extracted_from={"run_id": "run_0123456789ab"}
+    )
+
+    # when an approver opens its review page
+    response = logged_in(approver).get(review_url(policy))
+
+    # then the provenance names the run and does not call the source unknown
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "Extracted from run <code>run_0123456789ab</code>" in html
+    assert "unknown source" not in html
+
+
+def test_a_skill_without_any_origin_says_its_source_is_unknown(
+    approver: User, tmp_path: Path
+) -> None:
+    # given a version with neither a recorded source nor a run that wrote it
+    policy = _install_version(tmp_path, make_agent("scout"), extracted_from={})
+
+    # when an approver opens its review page, then it says the source is unknown
+    html = logged_in(approver).get(review_url(policy)).content.decode()
+    assert "unknown source" in html
+    assert "Extracted from run" not in html

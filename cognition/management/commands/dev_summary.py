@@ -42,6 +42,7 @@ class Command(BaseCommand):
         lines = [
             "",
             "Motor Cortex is running.",
+            f"  Home:      {url}/",
             f"  Chat:      {url}/chat/",
             f"  Admin:     {url}/admin/",
             f"  API docs:  {url}/api/docs/",

@@ -1,0 +1,33 @@
+"""List filters of the skills admin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from skills.models import PolicyStatus
+from skills.selectors import policies_to_review
+
+TO_REVIEW = "to_review"
+
+
+class PolicyStatusFilter(admin.SimpleListFilter):
+    """The policy statuses, plus "To review": exactly what the admin's home page counts as
+    skills waiting for a person, so its link opens a list of that many rows."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(TO_REVIEW, "To review"), *PolicyStatus.choices]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        value = self.value()
+        if value == TO_REVIEW:
+            return queryset.filter(pk__in=policies_to_review().values("pk"))
+        if value in PolicyStatus.values:
+            return queryset.filter(status=value)
+        return queryset
