@@ -412,9 +412,9 @@ class RejectedFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Policy]) -> QuerySet[Policy]:
         if self.value() == "yes":
-            return queryset.filter(approval.rejected_q())
+            return queryset.filter(selectors.rejected_q())
         if self.value() == "no":
-            return queryset.exclude(approval.rejected_q())
+            return queryset.exclude(selectors.rejected_q())
         return queryset
 
 

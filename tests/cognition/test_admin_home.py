@@ -17,6 +17,7 @@ from runs.outbox import signal_emit
 from runs.services import run_start
 from skills.imports import skill_import_pasted
 from skills.services import Actor
+from tests.runs.helpers import new_workspace
 from tests.skills.admin_support import PASSWORD, make_user
 
 from .conftest import World, skill_md
@@ -32,9 +33,15 @@ def _waiting_work(world: World) -> None:
     skill_import_pasted(text=skill_md("invoicer"), actor=Actor.system("run"), agent=world.alpha)
     skill_import_pasted(text=skill_md("scraper"), actor=Actor.system("run"), agent=world.bravo)
     from skills.models import Policy
+    from skills.services import policy_reject, policy_review
 
-    Policy.objects.filter(skill__name="scraper").update(rejection_note="too broad")
-    run_id = run_start(agent_id=world.alpha.pk, task="Export the data", actor="test")["run_id"]
+    scraper = policy_review(
+        policy=Policy.objects.get(skill__name="scraper"), actor=Actor.system("review")
+    )
+    policy_reject(policy=scraper, note="too broad", actor=Actor.from_user(world.bravo.owner))
+    run_id = run_start(
+        agent_id=world.alpha.pk, task="Export the data", actor="test", workspace=new_workspace()
+    )["run_id"]
     MotorRun.objects.filter(pk=run_id).update(status=RunStatus.AWAITING_INPUT)
     signal = signal_emit(
         agent_id=world.alpha.pk, kind=SignalKind.MOTOR_RESULT, payload={"status": "completed"}

@@ -13,13 +13,16 @@ from django.urls import reverse
 
 from runs.models import MotorRun, RunStatus
 from runs.services import run_start
+from tests.runs.helpers import new_workspace
 from tests.skills.admin_support import import_skill
 
 pytestmark = pytest.mark.django_db
 
 
 def _completed_run(agent, skills: dict) -> str:
-    run_id = run_start(agent_id=agent.pk, task="Learn the weather API", actor="test")["run_id"]
+    run_id = run_start(
+        agent_id=agent.pk, task="Learn the weather API", actor="test", workspace=new_workspace()
+    )["run_id"]
     MotorRun.objects.filter(pk=run_id).update(
         status=RunStatus.COMPLETED,
         result={"ok": True, "summary": "Wrote the skill.", "skills": skills},
