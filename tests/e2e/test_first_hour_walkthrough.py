@@ -208,6 +208,10 @@ def test_the_first_hour_from_the_readme_works_in_the_browser(
     expect(page.locator("#content")).to_contain_text(f"Extracted from run {run_id}")
     _shot(page, artifacts_dir, "10_skill_review")
 
+    # and the form is pre-filled with what approving would grant (one approval service decides)
+    assert sorted(
+        page.locator("input[name=tools]:checked").evaluate_all("els => els.map(e => e.value)")
+    ) == ["fetch", "list", "read", "write"]
     # when they allow the domain and the fetch tool, save, and approve
     page.fill("textarea[name=allowed_domains]", "wttr.in")
     page.check("input[name=tools][value=fetch]")
@@ -222,7 +226,7 @@ def test_the_first_hour_from_the_readme_works_in_the_browser(
     assert (policy.status, policy.allowed_domains, policy.tools, policy.approved_by.username) == (
         PolicyStatus.APPROVED,
         ["wttr.in"],
-        ["fetch"],
+        ["fetch", "list", "read", "write"],
         "admin",
     )
     assert policy.approved_content_hash == policy.skill.current_version.content_hash
