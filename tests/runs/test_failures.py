@@ -12,14 +12,16 @@ from runs.models import Attempt, MotorRun, RunStatus, Signal, Step
 from runs.services import run_start
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.fixtures.upstream import Answer
-from tests.runs.helpers import drive
+from tests.runs.helpers import drive, new_workspace
 
 pytestmark = pytest.mark.django_db
 
 
 def _failed_by_refusals(agent, scripted_llm) -> MotorRun:
     """A run failed by three refusals of a tool it was not granted."""
-    run_id = run_start(agent_id=agent.pk, task="Read a.txt", actor="test")["run_id"]
+    run_id = run_start(
+        agent_id=agent.pk, task="Read a.txt", actor="test", workspace=new_workspace()
+    )["run_id"]
     scripted_llm.add(*(reply_tools(tool_call("read", {"path": "a.txt"})) for _ in range(3)))
     drive(run_id, scripted_llm.client())
     return MotorRun.objects.get(pk=run_id)

@@ -10,7 +10,7 @@ from runs.errors import InvalidRunParams
 from runs.models import Attempt, MotorRun, RunStatus
 from runs.services import run_start
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
-from tests.runs.helpers import drive
+from tests.runs.helpers import drive, new_workspace
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +21,9 @@ def test_a_run_of_fifty_iterations_completes_with_the_oldest_rolled_into_the_sys
     # given a run capped at 50 iterations whose model makes 49 calls (refused: nothing granted,
     # three names in turn so no bailout) and then answers
     settings.MOTOR_SLICE_SECONDS = 600
-    run_id = run_start(agent_id=agent.pk, task="Long", max_iterations=50, actor="test")["run_id"]
+    run_id = run_start(
+        agent_id=agent.pk, task="Long", max_iterations=50, actor="test", workspace=new_workspace()
+    )["run_id"]
     names = ("probe_a", "probe_b", "probe_c")
     scripted_llm.add(
         *(
@@ -57,7 +59,13 @@ def test_a_run_of_fifty_iterations_completes_with_the_oldest_rolled_into_the_sys
 @pytest.mark.parametrize("iterations", [0, 51])
 def test_a_cap_outside_one_to_fifty_is_refused_and_nothing_is_created(agent, iterations):
     with pytest.raises(InvalidRunParams) as refused:
-        run_start(agent_id=agent.pk, task="t", max_iterations=iterations, actor="test")
+        run_start(
+            agent_id=agent.pk,
+            task="t",
+            max_iterations=iterations,
+            actor="test",
+            workspace=new_workspace(),
+        )
     assert str(refused.value) == f"max_iterations: {iterations} is outside 1..50"
     assert refused.value.details == {"field": "max_iterations"}
     assert MotorRun.objects.count() == 0
@@ -65,7 +73,9 @@ def test_a_cap_outside_one_to_fifty_is_refused_and_nothing_is_created(agent, ite
 
 def test_the_database_holds_the_ceiling_of_fifty(agent):
     # given a run (default cap: 20)
-    run_id = run_start(agent_id=agent.pk, task="t", actor="test")["run_id"]
+    run_id = run_start(agent_id=agent.pk, task="t", actor="test", workspace=new_workspace())[
+        "run_id"
+    ]
     assert MotorRun.objects.get(pk=run_id).max_iterations == 20
     # when the caps are written directly: 50 is accepted, 51 is refused by a constraint
     assert MotorRun.objects.filter(pk=run_id).update(max_iterations=50) == 1

@@ -78,7 +78,6 @@ def test_a_skill_written_as_the_example_shows_is_valid_and_is_installed(tmp_path
         ({"tools": ["filesystem"], "workspace": True}, True),
         ({"tools": ["bash"], "workspace": True}, True),
         ({"tools": ["read"], "workspace": True}, False),  # cannot write a file
-        ({"tools": ["filesystem"], "workspace": False}, False),  # nowhere to keep it
         ({"tools": ["read"], "workspace": True, "review": True}, False),
     ],
 )
