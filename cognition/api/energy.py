@@ -13,12 +13,13 @@ from cognition.energy import RESTORE_PERMISSION, may_restore_energy
 from cognition.errors import AgentNotFound, StaffRequired
 from cognition.models import Agent
 
+from . import fields
 from .serializers import AgentSerializer
 from .views import HumanAPIView, _agent_data, _errors
 
 
 class EnergyRestoreSerializer(serializers.Serializer):
-    level = serializers.FloatField(
+    level = fields.Number(
         required=False,
         default=1.0,
         min_value=0.0,
@@ -51,13 +52,15 @@ class AgentEnergyRestoreView(HumanAPIView):
     )
     def post(self, request: Request, ref: str) -> Response:
         user = self.human(request)
+        # the body is read first, so an oversized or non-JSON body is refused as such (413/415)
+        # like on every other endpoint, whoever sends it
+        body = EnergyRestoreSerializer(data=request.data)
         if not may_restore_energy(user):
             raise StaffRequired(
                 "Restoring an agent's energy needs a staff user with the "
                 f"{RESTORE_PERMISSION} permission.",
                 details={"permission": RESTORE_PERMISSION},
             )
-        body = EnergyRestoreSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         agent = _agent(ref)
         previous = energy.energy_level(agent=agent)

@@ -14,6 +14,7 @@ from cognition.models import Conversation, Message
 from runs.models import MotorRun, RunStatus
 from runs.services import run_start
 from tests.cognition.conftest import World
+from tests.runs.helpers import new_workspace
 
 pytestmark = pytest.mark.django_db
 
@@ -26,7 +27,7 @@ def _started(world: World, conversation: Conversation, tmp_path) -> MotorRun:
         tools=["read"],
         allowed_domains=[],
         credential_names=[],
-        workspace=str(tmp_path),
+        workspace=new_workspace(),
     )
     run = MotorRun.objects.get(pk=started["run_id"])
     ConversationRun.objects.create(run=run, conversation=conversation)
