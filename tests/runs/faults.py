@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import redis
+from django.conf import settings
 from django.db import connection
 
 from tests.fixtures.llm import LLMStubServer, reply_text, reply_tools, tool_call
@@ -280,6 +281,8 @@ class Processes:
             "LLM_BASE_URL": self.llm.base_url,
             "LLM_API_KEY": "stub",
             "CELERY_TASK_ALWAYS_EAGER": "false",
+            # the worker binds only workspaces inside its own MOTOR_WORKSPACES_DIR: the test's
+            "MOTOR_WORKSPACES_DIR": str(settings.MOTOR_WORKSPACES_DIR),
             **extra,
         }
 

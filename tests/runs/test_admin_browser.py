@@ -173,7 +173,9 @@ def test_a_completed_run_reads_as_finished_with_steps_counted_from_one(
     page: Page, admin_login, artifacts_dir: Path, agent, scripted_llm
 ) -> None:
     # given a run that made one tool call and completed
-    run_id = run_start(agent_id=agent.pk, task="Say hi after a look", actor="test")["run_id"]
+    run_id = run_start(
+        agent_id=agent.pk, task="Say hi after a look", actor="test", workspace=new_workspace()
+    )["run_id"]
     scripted_llm.add(reply_tools(tool_call("nope", {"a": 1})), reply_text("Hi."))
     drive(run_id, scripted_llm.client())
     assert MotorRun.objects.get(pk=run_id).status == RunStatus.COMPLETED

@@ -28,6 +28,7 @@ from tests.runs.faults import (
     terminate_connections,
     wait_for,
 )
+from tests.runs.helpers import new_workspace
 
 
 def _lease_left(run_id: str) -> timedelta:
@@ -39,7 +40,9 @@ def _lease_left(run_id: str) -> timedelta:
 def test_a_lease_never_outlives_its_runs_timeout(agent, make_agent, settings):
     # given leases of 900 s and a run that may last 60 s
     settings.MOTOR_LEASE_TTL_SECONDS = 900
-    run_id = run_start(agent_id=agent.pk, task="t", timeout_s=60, actor="t")["run_id"]
+    run_id = run_start(
+        agent_id=agent.pk, task="t", timeout_s=60, actor="t", workspace=new_workspace()
+    )["run_id"]
     # when a slice claims it (one statement) and renews it with a write
     lease, _, _ = ledger_claim(run_id=run_id, owner="w", expected_token=None, actor="t")
     claimed = _lease_left(run_id)
@@ -50,12 +53,16 @@ def test_a_lease_never_outlives_its_runs_timeout(agent, make_agent, settings):
     assert (timedelta(seconds=50) < _lease_left(run_id) <= timedelta(seconds=60)) is True
     assert lease.ttl == timedelta(seconds=60)
     # and the ORM claim (SQLite's, a take-over's) gives no more either
-    other = run_start(agent_id=make_agent().pk, task="t", timeout_s=30, actor="t")["run_id"]
+    other = run_start(
+        agent_id=make_agent().pk, task="t", timeout_s=30, actor="t", workspace=new_workspace()
+    )["run_id"]
     assert lease_claim(run_id=other, owner="w").ttl == timedelta(seconds=30)
     assert (timedelta(seconds=20) < _lease_left(other) <= timedelta(seconds=30)) is True
     # while a run longer than the setting keeps the setting's lease
     settings.MOTOR_LEASE_TTL_SECONDS = 120
-    third = run_start(agent_id=make_agent().pk, task="t", timeout_s=600, actor="t")["run_id"]
+    third = run_start(
+        agent_id=make_agent().pk, task="t", timeout_s=600, actor="t", workspace=new_workspace()
+    )["run_id"]
     assert lease_claim(run_id=third, owner="w").ttl == timedelta(seconds=120)
 
 
@@ -82,7 +89,9 @@ def test_a_connection_terminated_during_the_llm_call_ends_the_slice_and_frees_th
     agent, scripted_llm
 ):
     # given a run whose first LLM answer comes after the database dropped every connection
-    run_id = run_start(agent_id=agent.pk, task="Say hi", actor="t")["run_id"]
+    run_id = run_start(agent_id=agent.pk, task="Say hi", actor="t", workspace=new_workspace())[
+        "run_id"
+    ]
     terminated: list[int] = []
     script = scripted_llm.answer
 

@@ -44,7 +44,7 @@ def test_status_shows_the_pending_question_and_the_steps(agent, scripted_llm):
 
 def test_status_gives_indexes_from_0_and_numbers_from_1(agent, scripted_llm):
     # given a run whose first attempt made one tool call
-    run_id = run_start(agent_id=agent.pk, task="t", actor="t")["run_id"]
+    run_id = run_start(agent_id=agent.pk, task="t", actor="t", workspace=new_workspace())["run_id"]
     scripted_llm.add(reply_tools(tool_call("ask_user", {"question": "Which one?"})))
     drive(run_id, scripted_llm.client())
 
