@@ -477,7 +477,8 @@ def test_a_threads_worker_keeps_many_runs_waiting_on_the_llm_with_one_database_c
                 "WHERE datname = current_database() AND application_name = 'mc-test-worker'"
             )
             states = [row[0] for row in cursor.fetchall()]
-        assert states == ["idle"]
+        # (none at all when the pool has let its connection go between two uses)
+        assert states in ([], ["idle"])
         assert set(_status(run_id) for run_id in run_ids) == {RunStatus.RUNNING}
     finally:
         for gate in gates:
