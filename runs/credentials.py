@@ -9,11 +9,28 @@ swaps every known value for its ``<credential:NAME>`` placeholder.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from runs.models import MotorRun
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from runs.db_outage import DATABASE_UNAVAILABLE
+from runs.errors import CredentialResolverFailed
+from runs.lease import (
+    Lease,
+    lease_release,
+)
+from runs.models import (
+    Attempt,
+    MotorRun,
+    RunStatus,
+)
+from runs.records import SliceOutcome, _event, _signal
 from skills.crypto import decrypt_json, encrypt_json
+
+logger = logging.getLogger(__name__)
 
 
 def placeholder(name: str) -> str:
@@ -90,3 +107,100 @@ def scrub_unparsable_save_call(arguments_json: str) -> str:
     if "value" in arguments:
         arguments = {**arguments, "value": "<redacted>"}
     return json.dumps(arguments)
+
+
+def _resolve_credentials(run: MotorRun) -> dict[str, str]:
+    """Values of the run's credential names, from the resolver named in settings.
+
+    The runtime knows no vault: the brain side registers a callable
+    ``resolver(*, agent_id: int, run_id: str, names: list[str]) -> dict[str, str]`` as
+    MOTOR_CREDENTIAL_RESOLVER (a dotted path). A name it has no value for is left out (the run
+    then waits for it, see `_missing_credentials`). Values live only in this process's memory
+    for the one call; they are never stored, logged or sent to the model.
+
+    Raises CredentialResolverFailed (naming the resolver and the error type, never a value)
+    when the resolver cannot be imported, raises, or returns something else than a mapping of
+    strings.
+    """
+    path = getattr(settings, "MOTOR_CREDENTIAL_RESOLVER", "")
+    if not run.credential_names or not path:
+        return {}
+    try:
+        resolver = import_string(path)
+        values = resolver(agent_id=run.agent_id, run_id=run.id, names=list(run.credential_names))
+        values = dict(values)
+    except DATABASE_UNAVAILABLE:
+        raise  # the database, not the resolver, failed: the slice ends and the run goes on
+    except Exception as exc:
+        # The exception's text could quote what the resolver read; log and report its type only.
+        logger.warning("run %s: credential resolver %s raised %s", run.id, path, type(exc).__name__)
+        raise CredentialResolverFailed(
+            f"the credential resolver {path} failed ({type(exc).__name__}); the run's "
+            f"credentials ({', '.join(run.credential_names)}) could not be read",
+            run_id=run.id,
+        ) from None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in values.items()):
+        raise CredentialResolverFailed(
+            f"the credential resolver {path} returned something else than names and string values",
+            run_id=run.id,
+        )
+    return values
+
+
+def _resolved_once(
+    resolve: Callable[[MotorRun], dict[str, str]],
+) -> Callable[[MotorRun], dict[str, str]]:
+    """`resolve`, asked at most once per run (a failure is not remembered)."""
+    known: dict[str, dict[str, str]] = {}
+
+    def resolved(run: MotorRun) -> dict[str, str]:
+        if run.id not in known:
+            known[run.id] = resolve(run)
+        return known[run.id]
+
+    return resolved
+
+
+def _missing_credentials(
+    run: MotorRun, credentials: Callable[[MotorRun], dict[str, str]] | None = None
+) -> list[str]:
+    """The run's credential names that have no value (nobody has set them)."""
+    values = (credentials or _resolve_credentials)(run)
+    return [name for name in run.credential_names if not values.get(name)]
+
+
+def _credentials_question(missing: Sequence[str]) -> str:
+    names = ", ".join(missing)
+    plural = len(missing) > 1
+    return (
+        f"This run needs the credential{'s' if plural else ''} {names}, which nobody has set. "
+        f"Set {'them' if plural else 'it'} in the admin (Credentials) or through the API "
+        f"(PUT /api/v1/credentials/<name>/); never send a credential's value in a chat or as "
+        f"the answer to this question. The run resumes by itself once "
+        f"{'they are' if plural else 'it is'} set."
+    )
+
+
+def _pause_for_credentials(
+    run: MotorRun, attempt: Attempt, lease: Lease, missing: list[str], *, actor: str
+) -> SliceOutcome:
+    """Pause the run in awaiting_input, asking for `missing` to be set. Caller holds locks."""
+    question = _credentials_question(missing)
+    previous = run.status
+    attempt.await_input(question=question, tool_call_id="")
+    attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
+    run.await_input()
+    run.missing_credentials = list(missing)
+    run.save(update_fields=["status", "missing_credentials", "updated_at"])
+    lease_release(lease, slice_done=True)
+    _event(run, from_status=previous, actor=actor, missing_credentials=list(missing))
+    _signal(
+        run,
+        {
+            "run_id": run.id,
+            "status": RunStatus.AWAITING_INPUT,
+            "question": question,
+            "missing_credentials": list(missing),
+        },
+    )
+    return SliceOutcome.PAUSED

@@ -148,7 +148,7 @@ def test_a_worker_process_loads_the_runtime_when_it_starts(settings):
 
     from celery.signals import worker_process_init, worker_ready
 
-    from runs.services import _client_cache, _default_client
+    from runs.llm_request import _client_cache, _default_client
     from runs.signals import warm_runtime_on_worker_start
 
     settings.LLM_BASE_URL = "http://warm.test/v1"

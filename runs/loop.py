@@ -1,0 +1,484 @@
+"""The slice loop of the Motor Cortex runtime.
+
+The loop is advanced one slice at a time by `run_step`: claim the lease, then iteration after
+iteration — one LLM call (outside any transaction), the requested tool calls one by one (Step row
+written as `intent` and committed, the call run outside a transaction, the result recorded under
+the fencing check) — until the run pauses or ends or the slice's time (MOTOR_SLICE_SECONDS) is up;
+then release the lease and enqueue the next slice on commit. Every write checks the fencing token
+first; the frequent ones are single statements (`runs.ledger`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import openai
+from django.conf import settings
+from django.db import transaction
+
+from runs.crashpoints import crash_point
+from runs.credentials import (
+    _missing_credentials,
+    _pause_for_credentials,
+    _resolve_credentials,
+    _resolved_once,
+    intercept_save_call,
+    redact,
+    saved_values,
+    scrub_unparsable_save_call,
+    store_saved,
+)
+from runs.db import release_db_connection
+from runs.db_outage import DATABASE_UNAVAILABLE, slice_after_database_loss
+from runs.errors import (
+    CredentialResolverFailed,
+    LeaseLost,
+    LLMUnavailable,
+)
+from runs.finishing import (
+    _end_slice,
+    _fail_budget,
+    _fail_locked,
+    _fail_timeout,
+    _final_reply,
+    _finish_completed,
+)
+from runs.lease import (
+    Lease,
+    default_owner,
+    lease_fence,
+    lease_release,
+)
+from runs.ledger import (
+    ledger_claim,
+    ledger_record_reply,
+    ledger_take_over,
+)
+from runs.llm import LLMReply
+from runs.llm_request import FirstCallAhead, _call_llm
+from runs.models import (
+    ACTIVE_STATUSES,
+    MAX_ITERATIONS_CEILING,
+    Attempt,
+    FailureCategory,
+    MotorRun,
+    RunStatus,
+    Step,
+)
+from runs.mutex import mutex_hold
+from runs.pipeline import _perform_call
+from runs.pipeline.decide import _runs_at_once, _save_denial, _save_offered
+from runs.pipeline.intent import _intent_step
+from runs.records import SliceOutcome
+from runs.sessions import open_run_sessions, run_session_close
+from runs.tools import (
+    SAVE_CREDENTIAL,
+    SandboxSlot,
+    parse_arguments,
+)
+
+logger = logging.getLogger(__name__)
+
+
+logger = logging.getLogger(__name__)
+
+
+def _pending_calls(attempt: Attempt) -> list[tuple[int, dict[str, Any]]]:
+    """(call index, tool call) of the last assistant message that have no tool result yet."""
+    messages = attempt.messages
+    for position in range(len(messages) - 1, -1, -1):
+        message = messages[position]
+        if message.get("role") != "assistant":
+            continue
+        answered = {
+            later.get("tool_call_id")
+            for later in messages[position + 1 :]
+            if later.get("role") == "tool"
+        }
+        return [
+            (index, call)
+            for index, call in enumerate(message.get("tool_calls") or [])
+            if call["id"] not in answered
+        ]
+    return []
+
+
+def run_step(
+    *,
+    run_id: str,
+    expected_token: int | None = None,
+    owner: str | None = None,
+    client: openai.OpenAI | None = None,
+    credentials: Callable[[MotorRun], dict[str, str]] | None = None,
+    ahead: dict[str, Any] | None = None,
+) -> SliceOutcome:
+    """Advance `run_id` by one slice: iterations (one LLM call and the tool calls it asks for)
+    until the run pauses or ends, or MOTOR_SLICE_SECONDS have passed.
+
+    `ahead` (a new run's first message carries it, see `FirstCallAhead`) lets the first LLM
+    request go out while the run is claimed; its answer is used only if the claimed run asks
+    exactly that request.
+
+    Safe to call any number of times for the same run (redelivery, duplicates): the lease lets
+    one slice write, and the Step ledger means a recorded tool call never runs again.
+    `expected_token` is the lease token a wake-up message was sent for; a message that was
+    already served (the token moved on and was released) is dropped, so duplicates never fork
+    the chain of slices.
+
+    No database connection is held while the LLM answers or a tool runs: the slice returns its
+    connection (to the pool, see settings.DATABASES) before each wait and takes one again for
+    its next fenced write.
+    """
+    owner = owner or default_owner()
+    early = FirstCallAhead.start(ahead, client) if ahead and expected_token == 0 else None
+    actor = f"worker:{owner}"
+    try:
+        _close_sessions_of_finished_runs(current=run_id)
+        # The claim, for a new run its start, and the reads of the run and its attempt: one write.
+        claimed = ledger_claim(
+            run_id=run_id, owner=owner, expected_token=expected_token, actor=actor
+        ) or ledger_take_over(
+            run_id=run_id, owner=owner, expected_token=expected_token, actor=actor
+        )
+        exists = claimed is not None or MotorRun.objects.filter(pk=run_id).exists()
+    except DATABASE_UNAVAILABLE as exc:
+        if early is not None:
+            early.drop()
+        slice_after_database_loss(run_id=run_id, owner=owner, error=exc)
+        return SliceOutcome.DATABASE_LOST
+    if claimed is None:
+        if early is not None:
+            early.drop()
+        return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
+    lease, run, attempt = claimed
+    outcome: SliceOutcome | None = None
+    try:
+        # one resolution per slice: the missing-credential check, the reply's redaction and each
+        # tool call all need the same values
+        resolve = _resolved_once(credentials or _resolve_credentials)
+        outcome = _run_slice(
+            lease, run, attempt, owner=owner, client=client, credentials=resolve, early=early
+        )
+        return outcome
+    except DATABASE_UNAVAILABLE as exc:
+        # Transient: end the slice cleanly, the run goes on (runs.db_outage).
+        slice_after_database_loss(run_id=run_id, owner=owner, error=exc)
+        return SliceOutcome.DATABASE_LOST
+    finally:
+        if early is not None:
+            early.drop()
+        # The session stays warm while the run goes on (or waits for an answer); it ends with
+        # the run, when this slice lost the lease, and when the slice failed unexpectedly.
+        if outcome not in (SliceOutcome.CONTINUED, SliceOutcome.PAUSED):
+            run_session_close(run_id)
+        else:
+            # Keep (or, after a Redis flush, re-create) the fast-path key of the active run.
+            mutex_hold(agent_id=run.agent_id, run_id=run_id)
+
+
+#: seconds between two sweeps of this process's sessions for runs that ended elsewhere
+_SESSION_SWEEP_INTERVAL_S = 5.0
+
+
+_last_session_sweep = 0.0
+
+
+def _close_sessions_of_finished_runs(*, current: str) -> None:
+    """Close this process's sessions of runs that ended elsewhere (cancelled, timed out).
+
+    The session of `current` is judged by its own slice; the others at most every few seconds
+    (and by the registry's idle timeout in any case), so a busy worker does not pay a query on
+    every slice.
+    """
+    global _last_session_sweep
+    open_ids = [run_id for run_id in open_run_sessions() if run_id != current]
+    now = time.monotonic()
+    if not open_ids or now - _last_session_sweep < _SESSION_SWEEP_INTERVAL_S:
+        return
+    _last_session_sweep = now
+    ended = MotorRun.objects.filter(pk__in=open_ids).exclude(status__in=ACTIVE_STATUSES)
+    for ended_id in ended.values_list("id", flat=True):
+        run_session_close(ended_id)
+
+
+def _run_slice(
+    lease: Lease,
+    run: MotorRun,
+    attempt: Attempt,
+    *,
+    owner: str,
+    client: openai.OpenAI | None,
+    credentials: Callable[[MotorRun], dict[str, str]] | None,
+    early: FirstCallAhead | None = None,
+) -> SliceOutcome:
+    """One slice on the claimed `run` and its current `attempt` (as the claim returned them).
+
+    The run and its attempt are read once; every later write goes through `lease_fence`, so the
+    in-memory copies stay what the database holds: whoever else changes them (cancel, time-out,
+    take-over) moves the token first, and this slice then writes nothing more.
+    """
+    actor = f"worker:{owner}"
+    run_id = run.id
+    slot: SandboxSlot | None = None
+    try:
+        if run.status != RunStatus.RUNNING:
+            lease_release(lease)
+            return SliceOutcome.NOT_RUNNABLE
+        limit = int(getattr(settings, "MOTOR_MAX_REDELIVERIES", 3))
+        # The claim counted this slice; the count before it is how many slices never ended.
+        unfinished = run.redelivery_count - 1
+        if unfinished >= limit:
+            return _fail_locked(
+                lease,
+                run,
+                attempt,
+                category=FailureCategory.TOOL_FAILURE,
+                message=f"a step ended its worker {unfinished} times in a row",
+                retryable=False,
+                actor=actor,
+            )
+        # time paused for a human (waited_s) is not part of the run's budget
+        deadline = (run.started_at or run.created_at).timestamp() + run.timeout_s + run.waited_s
+        if time.time() > deadline:
+            return _fail_timeout(lease, run, attempt, actor=actor)
+        if run.credential_names:
+            missing = _missing_credentials(run, credentials)
+            if missing:
+                with transaction.atomic():
+                    lease_fence(lease)
+                    return _pause_for_credentials(run, attempt, lease, missing, actor=actor)
+
+        slot = SandboxSlot(
+            run_id=run.id, workspace=run.workspace, allowed_domains=run.allowed_domains
+        )
+        # The slice goes on, iteration after iteration, while its time budget lasts, so one run
+        # does not hold a worker thread from the runs queued behind it.
+        slice_ends_at = time.monotonic() + slice_seconds()
+        # Bounded: every pass records an LLM reply (capped by max_iterations) or returns.
+        for _ in range(MAX_ITERATIONS_CEILING + 2):
+            outcome = _run_iteration(
+                lease,
+                run,
+                attempt,
+                slot=slot,
+                client=client,
+                credentials=credentials,
+                actor=actor,
+                slice_ends_at=slice_ends_at,
+                early=early,
+            )
+            early = None  # only ever the slice's first LLM call
+            if outcome is not None:
+                return outcome
+            if time.time() > deadline:
+                return _fail_timeout(lease, run, attempt, actor=actor)
+        with transaction.atomic():
+            _end_slice(lease)
+        return SliceOutcome.CONTINUED
+    except LeaseLost:
+        logger.info("run %s: lease lost by %s; stopping this slice", run_id, owner)
+        return SliceOutcome.LEASE_LOST
+    except CredentialResolverFailed as exc:
+        try:
+            return _fail_locked(
+                lease,
+                run,
+                attempt,
+                category=FailureCategory.TOOL_FAILURE,
+                message=exc.message,
+                retryable=True,
+                actor=actor,
+            )
+        except LeaseLost:
+            return SliceOutcome.LEASE_LOST
+    finally:
+        if slot is not None:
+            slot.close()
+
+
+def slice_seconds() -> float:
+    """How long one slice may keep advancing its run before it hands over (MOTOR_SLICE_SECONDS).
+
+    Checked before each further iteration: a slice always makes one, and starts another only
+    while it has been running for less than this. 0 makes every slice one iteration.
+    """
+    return float(getattr(settings, "MOTOR_SLICE_SECONDS", 10.0))
+
+
+def _run_iteration(
+    lease: Lease,
+    run: MotorRun,
+    attempt: Attempt,
+    *,
+    slot: SandboxSlot,
+    client: openai.OpenAI | None,
+    credentials: Callable[[MotorRun], dict[str, str]] | None,
+    actor: str,
+    slice_ends_at: float,
+    early: FirstCallAhead | None = None,
+) -> SliceOutcome | None:
+    """One iteration of the loop: the LLM call when no requested call is pending, then the
+    pending tool calls in order. None: the iteration is recorded and the slice may go on.
+    `early`: that LLM call, made ahead of the claim, used if it is the one this run asks.
+
+    Once the slice's time is up (`slice_ends_at`, time.monotonic()) when the iteration's last
+    result is recorded, that same commit releases the lease and queues the next slice, and the
+    outcome is CONTINUED.
+    """
+    pending = _pending_calls(attempt)
+    # Model and reasoning are known for calls requested in this iteration; calls resumed from
+    # an earlier slice keep what their intent row already says.
+    model, reasoning = "", ""
+    fresh = False
+    recorded: Step | None = None  # the first call's intent, written with the reply
+    if _final_reply(attempt) is not None:
+        # The model already answered; a crash hit the finishing steps. Finish again.
+        return _finish_completed(lease, run, attempt, actor=actor)
+    if not pending:
+        if attempt.iteration >= attempt.max_iterations:
+            return _fail_budget(lease, run, attempt, actor=actor)
+        # A run granted sandbox tools gets its session while the model thinks: the first call
+        # then finds it open instead of waiting for the sandbox to start. It starts once the
+        # request is out: starting a sandbox forks this process, which would otherwise hold up
+        # the request's own work (the interpreter lock) by milliseconds.
+        release_db_connection()
+        reply = early.take(run, attempt) if early is not None else None
+        if reply is not None:
+            if run.tools:
+                slot.prewarm()
+        else:
+            reply = _call_llm(run, attempt, client, on_sent=slot.prewarm if run.tools else None)
+        if isinstance(reply, LLMUnavailable):
+            return _fail_locked(
+                lease,
+                run,
+                attempt,
+                category=FailureCategory.MODEL_FAILURE,
+                message=reply.message,
+                retryable=True,
+                actor=actor,
+            )
+        outcome, recorded = _record_reply(
+            lease, run, attempt, reply, actor=actor, credentials=credentials
+        )
+        if outcome is not None:
+            return outcome
+        # The stored message, with any credential value already replaced by its placeholder.
+        model, reasoning = reply.model, str(attempt.messages[-1].get("content") or "")
+        pending = _pending_calls(attempt)
+        fresh = True  # this iteration is new: none of its calls has a Step row yet
+
+    for position, (call_index, call) in enumerate(pending):
+        outcome = _perform_call(
+            lease,
+            run,
+            attempt,
+            call_index=call_index,
+            call=call,
+            fresh=fresh,
+            recorded=recorded if position == 0 else None,
+            last=position == len(pending) - 1,
+            slice_ends_at=slice_ends_at,
+            slot=slot,
+            credentials=credentials,
+            actor=actor,
+            model=model,
+            reasoning=reasoning,
+        )
+        if outcome is not None:
+            return outcome
+    if time.monotonic() >= slice_ends_at:
+        with transaction.atomic():
+            _end_slice(lease)
+        return SliceOutcome.CONTINUED
+    return None
+
+
+def _record_reply(
+    lease: Lease,
+    run: MotorRun,
+    attempt: Attempt,
+    reply: LLMReply,
+    *,
+    actor: str,
+    credentials: Callable[[MotorRun], dict[str, str]] | None = None,
+) -> tuple[SliceOutcome | None, Step | None]:
+    """Store the assistant message; finish the run when it asked for no tool call.
+
+    When its first call can run at once (`_runs_at_once`), that call's intent is written with
+    the message, and returned: the call may start.
+
+    Credential values never reach the stored message: the value of a save_credential call is
+    moved into the run's encrypted store (when its name is in scope) and replaced by its
+    placeholder, and every value the run knows is replaced wherever the model repeated it.
+    """
+    message = reply.as_message()
+    known = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
+    intercepted: dict[str, str] = {}
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        if function["name"] != SAVE_CREDENTIAL:
+            continue
+        parsed = intercept_save_call(str(function.get("arguments") or ""))
+        if parsed is None:
+            function["arguments"] = scrub_unparsable_save_call(str(function.get("arguments") or ""))
+            continue
+        name, value, redacted = parsed
+        function["arguments"] = redacted
+        # Out of scope: the value is dropped here; the call is answered "denied" later.
+        if _save_offered(run) and _save_denial(run, name) is None:
+            intercepted[name] = value
+        else:
+            known.setdefault(name, value)
+    if intercepted:
+        with transaction.atomic():
+            lease_fence(lease)
+            store_saved(run, intercepted)
+            MotorRun.objects.filter(pk=run.pk).update(saved_credentials=run.saved_credentials)
+            known.update(intercepted)
+            attempt.iteration += 1
+            attempt.messages = [*attempt.messages, redact(message, known)]
+            attempt.save(update_fields=["iteration", "messages"])
+        intent = None
+    else:
+        stored = redact(message, known)
+        intent = _first_intent(lease, run, attempt, stored, model=reply.model)
+        if intent is not None:
+            # the reply and this intent are written together: there is no moment between them
+            crash_point("before_step")
+        ledger_record_reply(lease, attempt, stored, intent=intent)
+    if reply.tool_calls:
+        return None, intent
+    return _finish_completed(lease, run, attempt, actor=actor), None
+
+
+def _first_intent(
+    lease: Lease, run: MotorRun, attempt: Attempt, stored: dict[str, Any], *, model: str
+) -> Step | None:
+    """The intent of the first call of the reply `stored` (as it will be stored), when that call
+    can run at once; None otherwise (it then goes through `_perform_call`'s general path)."""
+    calls = stored.get("tool_calls") or []
+    if not calls:
+        return None
+    call = calls[0]
+    name = str(call["function"]["name"])
+    raw_arguments = str(call["function"].get("arguments") or "{}")
+    arguments = parse_arguments(raw_arguments)
+    if not _runs_at_once(run, name, arguments):
+        return None
+    reasoning = str(stored.get("content") or "")
+    return _intent_step(
+        lease,
+        attempt,
+        0,
+        call,
+        name,
+        arguments,
+        raw_arguments,
+        model,
+        reasoning,
+        next_iteration=True,
+    )

@@ -1,0 +1,51 @@
+"""What follows a recorded result: the consecutive-failure bailout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runs.failures import bailout_failure
+from runs.finishing import _finish_failed
+from runs.models import (
+    Attempt,
+    MotorRun,
+    Step,
+    StepState,
+)
+from runs.records import SliceOutcome
+from runs.tools import ASK_USER
+
+#: a tool failing this many times in a row with the same error_code fails the run (seed 001)
+BAILOUT_STREAK = 3
+
+
+def _after_result(
+    run: MotorRun, attempt: Attempt, name: str, result: dict[str, Any], *, actor: str
+) -> SliceOutcome | None:
+    """Apply the consecutive-failure bailout after a recorded result."""
+    if result.get("ok"):
+        return None
+    recent = list(
+        Step.objects.filter(attempt=attempt, state=StepState.DONE)
+        .exclude(tool=ASK_USER)
+        .order_by("-iteration", "-call_index")
+        .values_list("tool", "result")[:BAILOUT_STREAK]
+    )
+    codes = {(tool, (res or {}).get("error_code")) for tool, res in recent}
+    failing = all(not (res or {}).get("ok") for _, res in recent)
+    if len(recent) == BAILOUT_STREAK and failing and len(codes) == 1:
+        code = next(iter(codes))[1]
+        if code:
+            category, message, retryable = bailout_failure(
+                tool=name, error_code=code, streak=BAILOUT_STREAK
+            )
+            _finish_failed(
+                run,
+                attempt,
+                category=category,
+                message=message,
+                retryable=retryable,
+                actor=actor,
+            )
+            return SliceOutcome.FINISHED
+    return None
