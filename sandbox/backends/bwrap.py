@@ -79,8 +79,9 @@ from sandbox.backends.bwrap_runtime import (
 from sandbox.backends.bwrap_session import BwrapSession
 from sandbox.backends.bwrap_uids import _chown_tree, _parse_uid_range, _processes_of_uid, _UidLease
 from sandbox.backends.mounts import check_bwrap_args
+from sandbox.inside.protocol import ProtocolError
 from sandbox.inside.supervisor import BOOT as SUPERVISOR_BOOT
-from sandbox.inside.supervisor import ProtocolError, precompile
+from sandbox.inside.supervisor import precompile
 from sandbox.types import SandboxError, SessionSpec
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import Any
 
 from sandbox.backends._protocol import exec_message
 from sandbox.backends.bwrap_uids import _chown_tree, _processes_of_uid, _UidLease
-from sandbox.inside.supervisor import MAX_FRAME_BYTES, ProtocolError, encode_frame
+from sandbox.inside.protocol import MAX_FRAME_BYTES, ProtocolError, encode_frame
 from sandbox.types import ExecRequest, ExecResult, SandboxError, SessionSpec
 
 logger = logging.getLogger(__name__)

@@ -48,8 +48,9 @@ from typing import Any
 from sandbox.backends._protocol import exec_message
 from sandbox.backends.mounts import check_docker_mounts
 from sandbox.egress import EgressProxy, PolicyError, Resolver
+from sandbox.inside.protocol import MAX_FRAME_BYTES, ProtocolError, encode_frame
 from sandbox.inside.supervisor import BOOT as SUPERVISOR_BOOT
-from sandbox.inside.supervisor import MAX_FRAME_BYTES, ProtocolError, encode_frame, precompile
+from sandbox.inside.supervisor import precompile
 from sandbox.types import ExecRequest, ExecResult, NetworkPolicy, SandboxError, SessionSpec
 
 log = logging.getLogger(__name__)
