@@ -173,7 +173,7 @@ def _file_server_main(setup: _ChildSetup, tools: ModuleType) -> int:
             return 126
         os.environ.clear()
         os.environ.update(env)
-        vars(tools)["WORKSPACE"] = env.get("MOTOR_WORKSPACE", "/workspace")
+        tools.use_workspace(env.get("MOTOR_WORKSPACE", "/workspace"))
         answer = tools.respond(op, request, loads=json_loads, dumps=_json_dumps_spaced).encode()
         _write_all(1, _HEADER.pack(len(answer)) + answer)
 

@@ -310,6 +310,11 @@ INSIDE_MODULES = (
     "seccomp",
     "bridge",
     "tools",
+    "tool_paths",
+    "tool_files",
+    "tool_search",
+    "tool_fetch",
+    "tool_bash",
 )
 
 

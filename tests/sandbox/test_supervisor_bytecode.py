@@ -84,5 +84,10 @@ def test_the_sandbox_uses_the_bytecode_of_the_current_sources(
             "poller",
             "sweep",
             "tools",
+            "tool_bash",
+            "tool_paths",
+            "tool_fetch",
+            "tool_files",
+            "tool_search",
         )
     ]
