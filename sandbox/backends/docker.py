@@ -25,32 +25,37 @@ runtime dirs of owners that died without closing.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import logging
 import os
 import re
-import select
 import shutil
-import socket
 import stat
-import struct
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sandbox.backends._protocol import exec_message
+from sandbox.backends.docker_orphans import (
+    _RUNTIME_PREFIX,
+    LABEL_OWNER_HOST,
+    LABEL_OWNER_PID,
+    LABEL_OWNER_START,
+    LABEL_RUNTIME_DIR,
+    LABEL_SESSION,
+    _connect,
+    _current_owner,
+    sweep_orphans,
+)
+from sandbox.backends.docker_session import DockerSession, _AttachedStream
 from sandbox.backends.mounts import check_docker_mounts
 from sandbox.egress import EgressProxy, PolicyError, Resolver
+from sandbox.inside.protocol import ProtocolError, encode_frame
 from sandbox.inside.supervisor import BOOT as SUPERVISOR_BOOT
-from sandbox.inside.supervisor import MAX_FRAME_BYTES, ProtocolError, encode_frame, precompile
-from sandbox.types import ExecRequest, ExecResult, NetworkPolicy, SandboxError, SessionSpec
+from sandbox.inside.supervisor import precompile
+from sandbox.types import NetworkPolicy, SandboxError, SessionSpec
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +65,6 @@ INSIDE_DIR = Path(__file__).resolve().parent.parent / "inside"
 INSIDE_MOUNT = "/opt/motor-cortex"
 RUNTIME_MOUNT = "/run/motor-cortex"
 BRIDGE_PORT = 3128
-LABEL_SESSION = "motor-cortex.session"
-LABEL_OWNER_HOST = "motor-cortex.owner-host"
-LABEL_OWNER_PID = "motor-cortex.owner-pid"
-LABEL_OWNER_START = "motor-cortex.owner-start"
-LABEL_RUNTIME_DIR = "motor-cortex.runtime-dir"
 
 _BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SUPERVISOR_ARGV = ["python3", "-I", "-S", "-B", "-c", SUPERVISOR_BOOT, "serve"]
@@ -96,98 +96,9 @@ INIT_COMMAND = ["python3", "-I", "-B", "-c", _INIT_CODE]
 _RESIDENT_PROCESSES = 2
 _NPROC_CEILING = 1 << 16
 _START_TIMEOUT_S = 15.0
-_SUPERVISOR_GRACE_S = 10.0  # beyond a call's own timeout, before the supervisor counts as hung
-#: how long close() waits for a running call to notice its container is gone (seconds)
-_CLOSE_WAIT_S = 10.0
-_READ_CHUNK = 64 * 1024
-_RUNTIME_PREFIX = "mc-docker-"
+
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 _SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
-
-@dataclass(frozen=True, slots=True)
-class _Owner:
-    host: str
-    pid: int
-    start: str
-
-
-def _process_start(pid: int) -> str:
-    """The kernel's start time of `pid` (clock ticks since boot), "" when it does not exist.
-
-    A pid alone can be reused after its process dies; pid + start time cannot."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    # the command name may contain spaces and parentheses; fields resume after the last ')'
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return fields[19]
-
-
-def _current_owner() -> _Owner:
-    pid = os.getpid()
-    return _Owner(host=socket.gethostname(), pid=pid, start=_process_start(pid))
-
-
-def _owner_alive(owner: _Owner) -> bool:
-    return _process_start(owner.pid) == owner.start and owner.start != ""
-
-
-def _connect(client: Any | None) -> Any:
-    import docker
-    from docker.errors import DockerException
-
-    try:
-        engine = client if client is not None else docker.from_env(timeout=60)
-        engine.ping()
-    except DockerException as exc:
-        raise SandboxError(
-            f"docker backend: no Docker engine answers ({exc}); start dockerd or set DOCKER_HOST"
-        ) from exc
-    return engine
-
-
-def sweep_orphans(client: Any | None = None) -> list[str]:
-    """Remove sandbox containers (and their runtime dirs) whose owner process on this host is
-    gone. Returns the removed session ids. Containers of live owners or other hosts are kept."""
-    from docker.errors import DockerException, NotFound
-
-    engine = _connect(client)
-    removed: list[str] = []
-    here = socket.gethostname()
-    try:
-        # sparse: no per-container inspect, so a container removed meanwhile (by its owner or
-        # another sweeper) cannot fail the listing
-        containers = engine.containers.list(all=True, sparse=True, filters={"label": LABEL_SESSION})
-    except DockerException as exc:
-        raise SandboxError(f"docker backend: cannot list sandbox containers: {exc}") from exc
-    for container in containers:
-        labels: Mapping[str, str] = container.attrs.get("Labels") or {}
-        try:
-            owner = _Owner(
-                host=labels.get(LABEL_OWNER_HOST, ""),
-                pid=int(labels.get(LABEL_OWNER_PID, "0")),
-                start=labels.get(LABEL_OWNER_START, ""),
-            )
-        except ValueError:
-            continue
-        if owner.host != here or _owner_alive(owner):
-            continue
-        try:
-            container.remove(force=True)
-        except NotFound:
-            pass
-        except DockerException as exc:
-            log.error("docker backend: cannot remove orphaned sandbox %s: %s", container.id, exc)
-            continue
-        runtime_dir = Path(labels.get(LABEL_RUNTIME_DIR) or "/nonexistent")
-        # only ever delete a directory this backend created (the label is data, not authority)
-        if runtime_dir.name.startswith(_RUNTIME_PREFIX) and runtime_dir.is_dir():
-            shutil.rmtree(runtime_dir, ignore_errors=True)
-        removed.append(labels.get(LABEL_SESSION, container.id))
-        log.warning("docker backend: removed orphaned sandbox %s", labels.get(LABEL_SESSION))
-    return removed
 
 
 def _prepare_workspace(workspace: Path) -> Path:
@@ -224,110 +135,6 @@ def _prepare_workspace(workspace: Path) -> Path:
     return resolved
 
 
-def _cgroup_file(container_id: str, controller: str, name: str) -> Path | None:
-    """The host path of one cgroup file of a container (cgroup v1 or v2, cgroupfs or systemd)."""
-    candidates = (
-        Path("/sys/fs/cgroup") / controller / "docker" / container_id / name,
-        Path("/sys/fs/cgroup")
-        / controller
-        / "system.slice"
-        / f"docker-{container_id}.scope"
-        / name,
-        Path("/sys/fs/cgroup/docker") / container_id / name,
-        Path("/sys/fs/cgroup/system.slice") / f"docker-{container_id}.scope" / name,
-    )
-    for candidate in candidates:
-        if candidate.exists():
-            return candidate
-    return None
-
-
-def _read_oom_kills(path: Path | None) -> int:
-    if path is None:
-        return 0
-    try:
-        for line in path.read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-class _AttachedStream:
-    """The supervisor's stdin/stdout over the container's attach socket.
-
-    Writes go straight to the process's stdin. Reads demultiplex Docker's stream frames (8-byte
-    header: stream id, 3 zero bytes, big-endian length): stdout bytes feed the supervisor's frame
-    protocol, stderr bytes (its diagnostics) are kept in a short tail for error messages."""
-
-    def __init__(self, raw: Any) -> None:
-        self._raw = raw
-        self.sock: socket.socket = getattr(raw, "_sock", raw)
-        self._pending = b""
-        self._stdout = bytearray()
-        self.stderr_tail = bytearray()
-
-    def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def _fill(self, deadline: float) -> bool:
-        """Read more from the socket; False on EOF or deadline."""
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        ready, _, _ = select.select([self.sock], [], [], remaining)
-        if not ready:
-            return False
-        chunk = self.sock.recv(_READ_CHUNK)
-        if not chunk:
-            return False
-        self._pending += chunk
-        while len(self._pending) >= 8:
-            stream, size = struct.unpack(">BxxxL", self._pending[:8])
-            if len(self._pending) < 8 + size:
-                break
-            payload = self._pending[8 : 8 + size]
-            self._pending = self._pending[8 + size :]
-            if stream == 2:
-                self.stderr_tail += payload
-                del self.stderr_tail[:-4096]
-            else:
-                self._stdout += payload
-        return True
-
-    def read_exact(self, size: int, deadline: float) -> bytes | None:
-        while len(self._stdout) < size:
-            if not self._fill(deadline):
-                return None
-        data = bytes(self._stdout[:size])
-        del self._stdout[:size]
-        return data
-
-    def read_message(self, deadline: float) -> dict[str, Any] | None:
-        """One supervisor frame, or None when the stream ended or the deadline passed."""
-        header = self.read_exact(4, deadline)
-        if header is None:
-            return None
-        (size,) = struct.unpack(">I", header)
-        if size > MAX_FRAME_BYTES:
-            raise SandboxError(f"docker backend: supervisor frame of {size} bytes is too large")
-        body = self.read_exact(size, deadline)
-        if body is None:
-            return None
-        message = json.loads(body)
-        if not isinstance(message, dict):
-            raise SandboxError("docker backend: supervisor sent a frame that is not an object")
-        return message
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
-        with contextlib.suppress(Exception):
-            self._raw.close()
-
-
 def _supervisor_config(spec: SessionSpec, environment: Mapping[str, str]) -> dict[str, Any]:
     limits = spec.limits
     config: dict[str, Any] = {
@@ -355,168 +162,6 @@ def _supervisor_config(spec: SessionSpec, environment: Mapping[str, str]) -> dic
             "unix_path": f"{RUNTIME_MOUNT}/egress.sock",
         }
     return config
-
-
-class DockerSession:
-    """One running sandbox container with a resident supervisor. One call at a time."""
-
-    backend = "docker"
-
-    def __init__(
-        self,
-        *,
-        client: Any,
-        container: Any,
-        stream: _AttachedStream,
-        session_id: str,
-        spec: SessionSpec,
-        proxy: EgressProxy | None,
-        runtime_dir: Path | None,
-    ) -> None:
-        self.id = session_id
-        self._client = client
-        self._container = container
-        self._stream = stream
-        self._spec = spec
-        self._proxy = proxy
-        self._runtime_dir = runtime_dir
-        self._closed = False
-        # `_lock` serialises calls and guards the attach stream; `_state_lock` only the closed
-        # flag, so close() never waits for a running call
-        self._lock = threading.Lock()
-        self._state_lock = threading.Lock()
-        self._stream_closed = False
-        self._caller: int | None = None
-        self._oom_file = _cgroup_file(container.id, "memory", "memory.oom_control") or (
-            _cgroup_file(container.id, "", "memory.events")
-        )
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    @property
-    def container_id(self) -> str:
-        return str(self._container.id)
-
-    def exec(self, request: ExecRequest) -> ExecResult:
-        """Run `request.argv` inside the container (as uid 10001, under the supervisor's per-call
-        rlimits, seccomp filter, timeout, output cap and process sweep) and wait for it.
-
-        Raises ValueError for a malformed request, SandboxError when the session is closed or its
-        supervisor stopped answering (the session is then closed, never reused)."""
-        message = exec_message(request, self._spec.limits)
-        with self._lock:
-            if self._closed:
-                raise SandboxError(f"docker backend: session {self.id} is closed")
-            self._caller = threading.get_ident()
-            try:
-                oom_before = _read_oom_kills(self._oom_file)
-                try:
-                    self._stream.send(encode_frame(message))
-                except (OSError, ProtocolError) as exc:
-                    self._break(f"cannot send the call to the supervisor: {exc}")
-                # the supervisor enforces the timeout itself; the margin only catches a hung one
-                deadline = time.monotonic() + message["timeout_s"] + _SUPERVISOR_GRACE_S
-                try:
-                    reply = self._stream.read_message(deadline)
-                except (OSError, ValueError) as exc:
-                    self._break(f"reading the supervisor's answer failed: {exc}")
-                if reply is None:
-                    self._break("the supervisor stopped answering")
-                assert reply is not None
-                oom_kills = _read_oom_kills(self._oom_file) - oom_before
-            finally:
-                self._caller = None
-                if self._closed:
-                    self._close_stream()
-        op = reply.get("op")
-        if op == "error":
-            if reply.get("code") == "invalid_args":
-                raise ValueError(f"invalid exec request: {reply.get('message')}")
-            raise SandboxError(f"docker backend: sandbox error: {reply.get('message')}")
-        if op != "result":
-            self.close()
-            raise SandboxError(f"docker backend: the supervisor answered {op!r} to an exec request")
-        error = reply.get("error")
-        if isinstance(error, dict) and error.get("code") == "sandbox_error":
-            raise SandboxError(f"docker backend: {error.get('message')}")
-        sig = reply.get("signal")
-        exit_code = reply.get("exit_code")
-        return ExecResult(
-            exit_code=exit_code if isinstance(exit_code, int) else None,
-            stdout=base64.b64decode(reply.get("stdout_b64") or ""),
-            stderr=base64.b64decode(reply.get("stderr_b64") or ""),
-            duration_ms=int(reply.get("duration_ms") or 0),
-            timed_out=bool(reply.get("timed_out")),
-            truncated=bool(reply.get("truncated")),
-            # the container's memory cgroup also counts kills the supervisor cannot attribute
-            oom=bool(reply.get("oom")) or oom_kills > 0,
-            signal=sig if isinstance(sig, int) else None,
-            workspace_exceeded=bool(reply.get("workspace_exceeded")),
-        )
-
-    def _break(self, why: str) -> None:
-        was_closed = self._closed
-        tail = bytes(self._stream.stderr_tail).decode(errors="replace").strip()
-        self.close()
-        if was_closed:
-            raise SandboxError(f"docker backend: session {self.id} was closed during the call")
-        raise SandboxError(
-            f"docker backend: session {self.id} broke down: {why}"
-            + (f" (supervisor said: {tail[-500:]})" if tail else "")
-        )
-
-    # -- lifetime -----------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Remove the container, stop the egress proxy and delete the runtime dir. Idempotent;
-        safe from any thread, also while a call runs: the container is killed at once, the
-        running call sees its stream end and fails with SandboxError."""
-        from docker.errors import DockerException, NotFound
-
-        with self._state_lock:
-            if self._closed:
-                return
-            self._closed = True
-        try:
-            self._container.remove(force=True)
-        except NotFound:
-            pass
-        except DockerException as exc:
-            log.error("docker backend: could not remove container of %s: %s", self.id, exc)
-        if self._proxy is not None:
-            with contextlib.suppress(Exception):
-                self._proxy.close()
-        if self._runtime_dir is not None:
-            shutil.rmtree(self._runtime_dir, ignore_errors=True)
-        # The attach socket is closed only while no call reads it: closing it under a reader
-        # would fail that read with EBADF, or worse let the fd number be reused by another file
-        # the reader then reads. The container is gone, so a running call sees EOF promptly and
-        # closes the stream itself on its way out (exec's finally) if we cannot take the lock.
-        if self._caller == threading.get_ident():
-            return
-        if self._lock.acquire(timeout=_CLOSE_WAIT_S):
-            try:
-                self._close_stream()
-            finally:
-                self._lock.release()
-        else:
-            log.error(
-                "docker backend: a call of %s did not end after its container was removed", self.id
-            )
-
-    def _close_stream(self) -> None:
-        """Close the attach stream; the caller holds `_lock`."""
-        if not self._stream_closed:
-            self._stream_closed = True
-            self._stream.close()
-
-    def __enter__(self) -> DockerSession:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class DockerBackend:

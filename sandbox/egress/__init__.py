@@ -44,7 +44,8 @@ from sandbox.egress.decision import (
     validate_policy,
 )
 from sandbox.egress.hostnames import HostRejected, canonicalize_host, split_authority
-from sandbox.egress.proxy import EGRESS_HEADER, EgressProxy
+from sandbox.egress.http_heads import EGRESS_HEADER
+from sandbox.egress.proxy import EgressProxy
 
 __all__ = [
     "EGRESS_HEADER",

@@ -73,6 +73,21 @@ def test_the_sandbox_uses_the_bytecode_of_the_current_sources(
         if line.startswith("# code object from '/opt/motor-cortex/")
     ]
     assert loaded == [
-        f"/opt/motor-cortex/__pycache__/supervisor.{tag}.pyc",
-        f"/opt/motor-cortex/__pycache__/tools.{tag}.pyc",
+        f"/opt/motor-cortex/__pycache__/{name}.{tag}.pyc"
+        for name in (
+            "supervisor",
+            "confine",
+            "siblings",
+            "protocol",
+            "runner",
+            "fileserver",
+            "poller",
+            "sweep",
+            "tools",
+            "tool_bash",
+            "tool_paths",
+            "tool_fetch",
+            "tool_files",
+            "tool_search",
+        )
     ]
