@@ -64,20 +64,15 @@ from runs.tools import expand_granted
 from skills import bundle as bundle_lib
 from skills.approval import approval_proposal, skill_approve
 from skills.errors import PolicyTransitionNotAllowed, SkillNotFound
+from skills.extraction import skill_prepare_workspace
 from skills.imports import skill_import_pasted
+from skills.install import skill_delete
+from skills.loading import LoadedSkill, skill_load_for_execution
 from skills.models import Policy, PolicyStatus
+from skills.policy_edits import policy_create, policy_update
+from skills.reviewing import policy_reject, policy_review
 from skills.selectors import policy_credential_values, policy_detail
-from skills.services import (
-    Actor,
-    LoadedSkill,
-    policy_create,
-    policy_reject,
-    policy_review,
-    policy_update,
-    skill_delete,
-    skill_load_for_execution,
-    skill_prepare_workspace,
-)
+from skills.services import Actor
 
 from . import energy
 from .consent import consent_check

@@ -54,8 +54,8 @@ from runs.tools import expand_granted
 from sandbox import egress
 from skills import bundle as bundle_lib
 from skills.errors import SkillDisabled, SkillHashMismatch, SkillNotFound
+from skills.loading import skill_load_for_execution
 from skills.models import Policy, PolicyStatus, Skill
-from skills.services import skill_load_for_execution
 
 from . import energy
 from .errors import CognitionError, CredentialsMissing, EnergyTooLow

@@ -20,7 +20,6 @@ from django.utils.safestring import SafeString
 
 from skills import (
     admin_history,  # noqa: F401 - registers the version and audit lists
-    services,
 )
 from skills.admin_base import ADMIN_CSS, _actor, credential_names_set
 from skills.admin_disabling import disable_for_agent, enable_for_agent, enabled_column
@@ -29,7 +28,9 @@ from skills.admin_import import SkillImportAdminMixin
 from skills.admin_review import PolicyReviewPageMixin
 from skills.admin_review_actions import PolicyReviewActionsMixin
 from skills.errors import SkillError
+from skills.install import skill_delete
 from skills.models import Policy, Skill, SkillVersion
+from skills.reviewing import policy_review
 from skills.templatetags.skill_review import policy_badge, short_hash
 
 # --- Skill -----------------------------------------------------------------------------------
@@ -159,7 +160,7 @@ class SkillAdmin(SkillImportAdminMixin, admin.ModelAdmin):
         return deleted, counts, set(), protected
 
     def delete_model(self, request: HttpRequest, obj: Skill) -> None:
-        services.skill_delete(skill=obj, actor=_actor(request), reason="deleted in the admin")
+        skill_delete(skill=obj, actor=_actor(request), reason="deleted in the admin")
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Skill]) -> None:
         for skill in queryset:
@@ -170,9 +171,7 @@ class SkillAdmin(SkillImportAdminMixin, admin.ModelAdmin):
         deleted: list[str] = []
         for skill in queryset:
             try:
-                services.skill_delete(
-                    skill=skill, actor=_actor(request), reason="deleted in the admin"
-                )
+                skill_delete(skill=skill, actor=_actor(request), reason="deleted in the admin")
             except SkillError as exc:
                 self.message_user(request, f"{skill.name}: {exc.message}", messages.ERROR)
             else:
@@ -269,7 +268,7 @@ class PolicyAdmin(PolicyReviewPageMixin, PolicyReviewActionsMixin, admin.ModelAd
         for policy in queryset.select_related("skill", "agent"):
             label = f"{policy.skill.name} for {policy.agent.name}"
             try:
-                services.policy_review(policy=policy.pk, actor=_actor(request))
+                policy_review(policy=policy.pk, actor=_actor(request))
             except SkillError as exc:
                 self.message_user(request, f"{label}: {exc.message}", messages.ERROR)
             else:

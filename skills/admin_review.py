@@ -21,11 +21,12 @@ from django.utils.http import content_disposition_header
 
 from sandbox import egress
 from sandbox.types import NetworkPolicy
-from skills import approval, selectors, services
+from skills import approval, selectors
 from skills.admin_base import _actor, _can_approve, credential_names_set
 from skills.admin_review_actions import PolicyEditForm, RejectForm, RollbackForm
 from skills.errors import SkillError
 from skills.models import Policy, PolicyStatus, Skill, SkillFile
+from skills.reviewing import policy_review
 from skills.templatetags.skill_review import render_markdown
 
 AUDIT_ROWS_SHOWN = 200  # newest rows on the review page; the full trail is in its own list
@@ -255,7 +256,7 @@ class PolicyReviewPageMixin:
             # (pending_review → reviewed) so that what the approver sees is what the approval
             # refers to. A rejected policy keeps its facts and stays pending until asked again.
             try:
-                services.policy_review(policy=policy.pk, actor=_actor(request))
+                policy_review(policy=policy.pk, actor=_actor(request))
             except SkillError as exc:
                 messages.error(request, f"The review could not run: {exc.message}")
             else:

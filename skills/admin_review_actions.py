@@ -12,10 +12,13 @@ from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
-from skills import approval, services
+from skills import approval
 from skills.admin_base import _actor
 from skills.errors import SkillError
 from skills.models import Policy, PolicyStatus, SkillVersion
+from skills.policy_edits import policy_update
+from skills.policy_fields import KNOWN_TOOLS
+from skills.reviewing import policy_reject, policy_review, policy_rollback
 from skills.templatetags.skill_review import short_hash
 
 
@@ -51,7 +54,7 @@ class PolicyEditForm(forms.Form):
     )
     tools = forms.MultipleChoiceField(
         required=False,
-        choices=[(t, t) for t in sorted(services.KNOWN_TOOLS)],
+        choices=[(t, t) for t in sorted(KNOWN_TOOLS)],
         widget=forms.CheckboxSelectMultiple,
     )
     dependencies = forms.CharField(
@@ -113,7 +116,7 @@ class PolicyEditForm(forms.Form):
         ]
 
     def update_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for `services.policy_update` from the cleaned data."""
+        """Keyword arguments for `skills.policy_edits.policy_update` from the cleaned data."""
         data = self.cleaned_data
         set_values = {
             name: data[self._value_field(name)]
@@ -166,7 +169,7 @@ class PolicyReviewActionsMixin:
             messages.error(request, "The policy was not saved: correct the fields marked below.")
             return form
         try:
-            services.policy_update(
+            policy_update(
                 policy=policy.pk,
                 actor=_actor(request),
                 reason="edited in the admin",
@@ -206,9 +209,7 @@ class PolicyReviewActionsMixin:
             messages.error(request, "Not rejected: a rejection needs a note.")
             return form
         try:
-            services.policy_reject(
-                policy=policy.pk, note=form.cleaned_data["note"], actor=_actor(request)
-            )
+            policy_reject(policy=policy.pk, note=form.cleaned_data["note"], actor=_actor(request))
         except SkillError as exc:
             messages.error(request, f"Not rejected: {exc.message}")
             return form
@@ -226,9 +227,7 @@ class PolicyReviewActionsMixin:
             return form
         target = form.cleaned_data["version"]
         try:
-            result = services.policy_rollback(
-                policy=policy.pk, version=target.number, actor=_actor(request)
-            )
+            result = policy_rollback(policy=policy.pk, version=target.number, actor=_actor(request))
         except SkillError as exc:
             messages.error(request, f"Not rolled back: {exc.message}")
             return form
@@ -240,7 +239,7 @@ class PolicyReviewActionsMixin:
 
     def _post_review(self, request: HttpRequest, policy: Policy) -> HttpResponse:
         try:
-            services.policy_review(policy=policy.pk, actor=_actor(request))
+            policy_review(policy=policy.pk, actor=_actor(request))
         except SkillError as exc:
             messages.error(request, f"The review could not run: {exc.message}")
         else:

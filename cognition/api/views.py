@@ -46,11 +46,9 @@ from cognition.services import (
 from cognition.vault import normalize_name
 from skills.approval import skill_approve
 from skills.models import Policy, PolicyStatus
-from skills.services import (
-    Actor,
-    policy_reject,
-    policy_update,
-)
+from skills.policy_edits import policy_update
+from skills.reviewing import policy_reject
+from skills.services import Actor
 
 from .authentication import BearerAuthentication, PrincipalSessionAuthentication
 from .pagination import NameCursorPagination, page_params

@@ -16,7 +16,8 @@ from runs.errors import InvalidRunParams, MotorBusy
 from runs.models import MotorRun, Step
 from runs.services import run_start
 from skills.models import PolicyStatus
-from skills.services import Actor, policy_update
+from skills.policy_edits import policy_update
+from skills.services import Actor
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.runs.helpers import drive, new_workspace
 
