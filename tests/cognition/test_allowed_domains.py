@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django_celery_beat.models import PeriodicTask
 
-from cognition.core import core_act
+from cognition.core_act import core_act
 from cognition.models import Agent, Schedule
 from cognition.principals import Principal
 from cognition.schedules import ScheduleInvalid, schedule_create

@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from cognition.brain.models import Conversation
-from cognition.core import core_act
+from cognition.core_act import core_act
 from cognition.principals import Principal
 from cognition.tools import core_dispatch
 from runs.models import MotorRun

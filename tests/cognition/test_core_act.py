@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cognition.core import ActRefused, core_act, run_credentials_resolve
+from cognition.core import run_credentials_resolve
+from cognition.core_act import ActRefused, core_act
 from cognition.errors import ConsentRequired, EnergyTooLow
 from cognition.models import Agent
 from cognition.principals import Principal
