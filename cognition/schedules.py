@@ -54,8 +54,8 @@ from runs.tools import expand_granted
 from sandbox import egress
 from skills import bundle as bundle_lib
 from skills.errors import SkillDisabled, SkillHashMismatch, SkillNotFound
+from skills.loading import skill_load_for_execution
 from skills.models import Policy, PolicyStatus, Skill
-from skills.services import skill_load_for_execution
 
 from . import energy
 from .errors import CognitionError, CredentialsMissing, EnergyTooLow
@@ -703,7 +703,7 @@ def schedule_fire(*, schedule_id: int) -> ScheduleOccurrence | None:
     Returns the occurrence; None when there is nothing to fire (the schedule is gone — its
     orphaned beat row is removed — or disabled while the message was on its way).
     """
-    from .core import ActRefused, core_act
+    from .core_act import ActRefused, core_act
 
     fired_at = dj_timezone.now()
     schedule = Schedule.objects.select_related("agent").filter(pk=schedule_id).first()

@@ -24,7 +24,10 @@ from runs.models import (
 from skills.errors import SkillError
 from skills.models import PolicyStatus
 
-from . import core
+from .core_act import core_act
+from .core_credential import CREDENTIAL_ACTIONS, core_credential
+from .core_skill import SKILL_ACTIONS, core_skill
+from .core_task import TASK_ACTIONS, core_task
 from .errors import AgentRequired, CognitionError
 from .principals import Principal
 from .selectors import agent_for_human
@@ -123,7 +126,7 @@ _SCHEMAS: list[dict[str, Any]] = [
         "16 KB of the execution log. retry: a new attempt of a failed run, with guidance. "
         "respond, approve and reject need the user's consent.",
         {
-            "action": {"type": "string", "enum": list(core.TASK_ACTIONS)},
+            "action": {"type": "string", "enum": list(TASK_ACTIONS)},
             "run_id": {"type": "string", "description": "The run (all actions but list)."},
             "status": {
                 "type": "string",
@@ -147,7 +150,7 @@ _SCHEMAS: list[dict[str, Any]] = [
         "pasted SKILL.md (lands pending_review). approve, reject, update (policy fields) and "
         "delete need the user's consent.",
         {
-            "action": {"type": "string", "enum": list(core.SKILL_ACTIONS)},
+            "action": {"type": "string", "enum": list(SKILL_ACTIONS)},
             "name": {"type": "string", "description": "The skill (all actions but list, import)."},
             "status": {"type": "string", "enum": list(PolicyStatus.values)},
             "note": {"type": "string", "description": "approve/reject: a note (reject: required)."},
@@ -176,7 +179,7 @@ _SCHEMAS: list[dict[str, Any]] = [
         "Manage the agent's credential vault: set a value, delete one, list names. Values are "
         "never returned; runs see them only as <credential:NAME> placeholders.",
         {
-            "action": {"type": "string", "enum": list(core.CREDENTIAL_ACTIONS)},
+            "action": {"type": "string", "enum": list(CREDENTIAL_ACTIONS)},
             "name": {"type": "string", "description": "set/delete: e.g. API_KEY."},
             "value": {"type": "string", "description": "set: the secret."},
         },
@@ -235,7 +238,7 @@ def core_dispatch(
                 details={"unknown": unknown},
             )
         if name == "core_act":
-            result = core.core_act(
+            result = core_act(
                 principal=principal,
                 agent=agent,
                 mode=args.get("mode", ""),
@@ -254,7 +257,7 @@ def core_dispatch(
                 ),
             )
         elif name == "core_task":
-            result = core.core_task(
+            result = core_task(
                 principal=principal,
                 agent=agent,
                 action=args.get("action", ""),
@@ -271,7 +274,7 @@ def core_dispatch(
                 ),
             )
         elif name == "core_skill":
-            result = core.core_skill(
+            result = core_skill(
                 principal=principal,
                 agent=agent,
                 action=args.get("action", ""),
@@ -279,7 +282,7 @@ def core_dispatch(
                 **_pick(args, "name", "status", "note", "skill_md", "fields"),
             )
         else:
-            result = core.core_credential(
+            result = core_credential(
                 principal=principal,
                 agent=agent,
                 action=args.get("action", ""),

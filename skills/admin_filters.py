@@ -8,7 +8,8 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from skills.models import PolicyStatus
+from skills import approval, selectors
+from skills.models import Policy, PolicyStatus
 from skills.selectors import policies_to_review
 
 TO_REVIEW = "to_review"
@@ -30,4 +31,21 @@ class PolicyStatusFilter(admin.SimpleListFilter):
             return queryset.filter(pk__in=policies_to_review().values("pk"))
         if value in PolicyStatus.values:
             return queryset.filter(status=value)
+        return queryset
+
+
+class RejectedFilter(admin.SimpleListFilter):
+    """Rejected policies stay pending review (seed 000); this tells them apart."""
+
+    title = "rejected"
+    parameter_name = "rejected"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", approval.REJECTED_LABEL), ("no", "Not rejected")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Policy]) -> QuerySet[Policy]:
+        if self.value() == "yes":
+            return queryset.filter(selectors.rejected_q())
+        if self.value() == "no":
+            return queryset.exclude(selectors.rejected_q())
         return queryset

@@ -23,6 +23,8 @@ from django.db import transaction
 
 from skills import services
 from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus
+from skills.policy_edits import policy_update
+from skills.reviewing import policy_approve, policy_review
 
 # Tools every skill run needs to read its references and write its output.
 BASE_TOOLS = ("read", "write", "list")
@@ -344,11 +346,11 @@ def skill_approve(
         # Skill, then policy: the lock order of every skills service.
         _, locked = services._lock_skill_and_policy(policy)
         if _rejected(locked):
-            services.policy_review(policy=locked.pk, actor=actor)
+            policy_review(policy=locked.pk, actor=actor)
             _, locked = services._lock_skill_and_policy(locked.pk)
         fields = dict(grants) if grants is not None else approval_proposal(policy=locked).grants()
         if fields.get("tools") is not None:
             fields["tools"] = ordered_tools(locked.tools, fields["tools"])
         reason = "edited at approval" if grants is not None else "granted at approval"
-        services.policy_update(policy=locked.pk, actor=actor, reason=reason, **fields)
-        return services.policy_approve(policy=locked.pk, actor=actor, note=note)
+        policy_update(policy=locked.pk, actor=actor, reason=reason, **fields)
+        return policy_approve(policy=locked.pk, actor=actor, note=note)

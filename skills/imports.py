@@ -35,15 +35,9 @@ from django.utils import timezone
 
 from skills import bundle as bundle_lib
 from skills.errors import PolicyValidationError, SkillError, SkillValidationError
+from skills.install import InstallResult, _bundle_error, _install_locked
 from skills.models import LOCAL_SOURCE, SKILL_SOURCE_MAX_LENGTH
-from skills.services import (
-    Actor,
-    InstallResult,
-    _bundle_error,
-    _install_locked,
-    _limits,
-    _storable,
-)
+from skills.services import Actor, _limits, _storable
 
 Located = tuple[str, bundle_lib.Bundle]  # (skill directory inside the input, bundle)
 

@@ -11,7 +11,7 @@ from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from cognition import core
+from cognition.core_task import own_run
 from runs.artifacts import ArtifactNotFound, artifact_listing, artifact_open
 
 from .views import AGENT_PARAM, PrincipalAPIView, _errors
@@ -39,7 +39,7 @@ class RunArtifactListView(PrincipalAPIView):
         responses={200: ArtifactListSerializer, **_errors(401, 404)},
     )
     def get(self, request: Request, run_id: str) -> Response:
-        run = core.own_run(agent=self.scope_agent(request), run_id=run_id)
+        run = own_run(agent=self.scope_agent(request), run_id=run_id)
         return Response(ArtifactListSerializer({"results": artifact_listing(run)}).data)
 
 
@@ -56,7 +56,7 @@ class RunArtifactDownloadView(PrincipalAPIView):
         },
     )
     def get(self, request: Request, run_id: str, path: str) -> Any:
-        run = core.own_run(agent=self.scope_agent(request), run_id=run_id)
+        run = own_run(agent=self.scope_agent(request), run_id=run_id)
         try:
             item, handle = artifact_open(run=run, path=path)
         except ArtifactNotFound as exc:

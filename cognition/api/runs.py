@@ -28,8 +28,9 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from cognition import core
 from cognition.consent import TRIGGER_HEADER
+from cognition.core_act import core_act
+from cognition.core_task import core_task, own_run, run_detail
 from cognition.errors import CognitionError
 from cognition.models import IdempotencyRecord
 from cognition.services import idempotency_ttl
@@ -348,7 +349,7 @@ class RunListView(PrincipalAPIView):
         trigger = _trigger(request)
 
         def act(on_created: Any = None) -> dict[str, Any]:
-            return core.core_act(
+            return core_act(
                 principal=principal,
                 agent=agent,
                 mode="agentic",
@@ -424,15 +425,15 @@ class RunDetailView(PrincipalAPIView):
         responses={200: RunDetailSerializer, **_errors(401, 404)},
     )
     def get(self, request: Request, run_id: str) -> Response:
-        run = core.own_run(agent=self.scope_agent(request), run_id=run_id)
-        return Response(core.run_detail(run=run))
+        run = own_run(agent=self.scope_agent(request), run_id=run_id)
+        return Response(run_detail(run=run))
 
 
 class _RunActionView(PrincipalAPIView):
     action_name = ""
 
     def task(self, request: Request, run_id: str, **kwargs: Any) -> dict[str, Any]:
-        return core.core_task(
+        return core_task(
             principal=self.principal(request),
             agent=self.scope_agent(request),
             action=self.action_name,
@@ -453,7 +454,7 @@ class RunRespondView(_RunActionView):
         responses={200: RunTransitionSerializer, **_errors(400, 401, 403, 404, 409)},
     )
     def post(self, request: Request, run_id: str) -> Response:
-        core.own_run(agent=self.scope_agent(request), run_id=run_id)
+        own_run(agent=self.scope_agent(request), run_id=run_id)
         body = RespondSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return Response(self.task(request, run_id, answer=body.validated_data["answer"]))
@@ -484,7 +485,7 @@ class RunApproveView(_RunActionView):
         responses={200: RunTransitionSerializer, **_errors(400, 401, 403, 404, 409)},
     )
     def post(self, request: Request, run_id: str) -> Response:
-        core.own_run(agent=self.scope_agent(request), run_id=run_id)
+        own_run(agent=self.scope_agent(request), run_id=run_id)
         body = DecisionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return Response(self.task(request, run_id, approval_id=body.validated_data["approval_id"]))
@@ -501,7 +502,7 @@ class RunRejectView(_RunActionView):
         responses={200: RunTransitionSerializer, **_errors(400, 401, 403, 404, 409)},
     )
     def post(self, request: Request, run_id: str) -> Response:
-        core.own_run(agent=self.scope_agent(request), run_id=run_id)
+        own_run(agent=self.scope_agent(request), run_id=run_id)
         body = DecisionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data
@@ -521,7 +522,7 @@ class RunRetryView(_RunActionView):
         responses={200: RunRetriedSerializer, **_errors(400, 401, 404, 409)},
     )
     def post(self, request: Request, run_id: str) -> Response:
-        core.own_run(agent=self.scope_agent(request), run_id=run_id)
+        own_run(agent=self.scope_agent(request), run_id=run_id)
         body = RetrySerializer(data=request.data)
         body.is_valid(raise_exception=True)
         return Response(self.task(request, run_id, guidance=body.validated_data["guidance"]))
@@ -553,7 +554,7 @@ class OneshotView(PrincipalAPIView):
         agent = self.scope_agent(request)
         body = OneshotSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        result = core.core_act(
+        result = core_act(
             principal=self.principal(request),
             agent=agent,
             mode="oneshot",

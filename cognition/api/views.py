@@ -21,6 +21,13 @@ from rest_framework.views import APIView
 
 from cognition import core, energy
 from cognition.consent import TRIGGER_HEADER, USER_MESSAGE
+from cognition.core_skill import (
+    skill_delete_for,
+    skill_detail,
+    skill_import_for,
+    skill_policy,
+    skill_review_facts,
+)
 from cognition.errors import (
     AgentNotFound,
     HumanRequired,
@@ -46,11 +53,9 @@ from cognition.services import (
 from cognition.vault import normalize_name
 from skills.approval import skill_approve
 from skills.models import Policy, PolicyStatus
-from skills.services import (
-    Actor,
-    policy_reject,
-    policy_update,
-)
+from skills.policy_edits import policy_update
+from skills.reviewing import policy_reject
+from skills.services import Actor
 
 from .authentication import BearerAuthentication, PrincipalSessionAuthentication
 from .pagination import NameCursorPagination, page_params
@@ -138,11 +143,11 @@ class PrincipalAPIView(APIView):
 
     def policy(self, request: Request, name: str) -> Policy:
         """The scope agent's policy for skill `name`; 404 whether the skill or policy is absent."""
-        return core.skill_policy(agent=self.scope_agent(request), name=name)
+        return skill_policy(agent=self.scope_agent(request), name=name)
 
 
 def _detail(policy: Policy) -> dict[str, Any]:
-    return core.skill_detail(policy=policy)
+    return skill_detail(policy=policy)
 
 
 # --- skills ----------------------------------------------------------------------------------
@@ -195,7 +200,7 @@ class SkillListView(PrincipalAPIView):
         agent = self.scope_agent(request)
         body = SkillImportSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        policy = core.skill_import_for(
+        policy = skill_import_for(
             principal=self.principal(request),
             agent=agent,
             text=body.validated_data["skill_md"],
@@ -228,7 +233,7 @@ class SkillDetailView(PrincipalAPIView):
     def delete(self, request: Request, name: str) -> Response:
         policy = self.policy(request, name)
         actor = self.gate(request, "skill.delete")
-        core.skill_delete_for(principal=self.principal(request), policy=policy, actor=actor)
+        skill_delete_for(principal=self.principal(request), policy=policy, actor=actor)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -245,7 +250,7 @@ class SkillReviewView(PrincipalAPIView):
     )
     def get(self, request: Request, name: str) -> Response:
         policy = self.policy(request, name)
-        return Response(core.skill_review_facts(principal=self.principal(request), policy=policy))
+        return Response(skill_review_facts(principal=self.principal(request), policy=policy))
 
 
 class SkillApproveView(PrincipalAPIView):

@@ -62,7 +62,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from cognition import core
+from cognition.core_skill import core_skill
+from cognition.core_task import core_task
 from cognition.errors import AgentNotFound
 from cognition.models import Agent
 from cognition.principals import Principal
@@ -241,7 +242,7 @@ def conversation_approve_skill(
     """Approve `skill` for the conversation's agent as the human who clicked (module docstring)."""
     principal = Principal.for_human(actor)
     conversation = conversation_get(principal=principal, conversation_id=conversation_id)
-    detail = core.core_skill(
+    detail = core_skill(
         principal=principal,
         agent=conversation.agent,
         action="approve",
@@ -267,7 +268,7 @@ def conversation_cancel_run(
     errors (run not found, already finished) propagate and change nothing."""
     principal = Principal.for_human(actor)
     conversation = conversation_get(principal=principal, conversation_id=conversation_id)
-    result = core.core_task(
+    result = core_task(
         principal=principal,
         agent=conversation.agent,
         action="cancel",
@@ -290,7 +291,7 @@ def conversation_approve_run_action(
     """Allow a run's pending action (awaiting_approval) as the human who clicked."""
     principal = Principal.for_human(actor)
     conversation = conversation_get(principal=principal, conversation_id=conversation_id)
-    core.core_task(
+    core_task(
         principal=principal,
         agent=conversation.agent,
         action="approve",

@@ -11,7 +11,9 @@ from cognition.models import Agent
 from runs.models import MotorRun
 from runs.mutex import redis_client
 from skills.models import Policy, PolicyStatus
-from skills.services import Actor, policy_approve, policy_create, policy_review, policy_update
+from skills.policy_edits import policy_create, policy_update
+from skills.reviewing import policy_approve, policy_review
+from skills.services import Actor
 from tests.skills.admin_support import import_skill
 
 

@@ -33,7 +33,7 @@ def _waiting_work(world: World) -> None:
     skill_import_pasted(text=skill_md("invoicer"), actor=Actor.system("run"), agent=world.alpha)
     skill_import_pasted(text=skill_md("scraper"), actor=Actor.system("run"), agent=world.bravo)
     from skills.models import Policy
-    from skills.services import policy_reject, policy_review
+    from skills.reviewing import policy_reject, policy_review
 
     scraper = policy_review(
         policy=Policy.objects.get(skill__name="scraper"), actor=Actor.system("review")

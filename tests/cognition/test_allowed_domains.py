@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from django_celery_beat.models import PeriodicTask
 
-from cognition.core import core_act
+from cognition.core_act import core_act
 from cognition.models import Agent, Schedule
 from cognition.principals import Principal
 from cognition.schedules import ScheduleInvalid, schedule_create
@@ -20,7 +20,8 @@ from runs.models import MotorRun
 from runs.services import run_start
 from skills.errors import PolicyValidationError
 from skills.models import Policy, PolicyAuditEvent
-from skills.services import Actor, policy_update
+from skills.policy_edits import policy_update
+from skills.services import Actor
 
 from .conftest import World, bearer, state_snapshot
 from .core_support import (  # noqa: F401 - fixtures

@@ -10,7 +10,8 @@ from rest_framework.test import APIClient
 
 from cognition.models import Agent
 from skills.models import Policy, PolicyAuditEvent, Skill
-from skills.services import Actor, policy_create
+from skills.policy_edits import policy_create
+from skills.services import Actor
 
 from .conftest import SECRET, World, bearer, raw_policy_credential_column, skill_md, state_snapshot
 

@@ -13,14 +13,16 @@ from django.test import Client
 from django.urls import reverse
 
 from cognition.brain.models import Conversation
-from cognition.core import core_act
+from cognition.core_act import core_act
 from cognition.principals import Principal
 from cognition.tools import core_dispatch
 from runs.models import MotorRun
 from skills.approval import approval_proposal
 from skills.imports import skill_import_directory
 from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus
-from skills.services import Actor, policy_review, policy_update
+from skills.policy_edits import policy_update
+from skills.reviewing import policy_review
+from skills.services import Actor
 
 from .conftest import World
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cognition.core import ActRefused, core_act, run_credentials_resolve
+from cognition.core import run_credentials_resolve
+from cognition.core_act import ActRefused, core_act
 from cognition.errors import ConsentRequired, EnergyTooLow
 from cognition.models import Agent
 from cognition.principals import Principal
@@ -16,7 +17,8 @@ from runs.errors import InvalidRunParams, MotorBusy
 from runs.models import MotorRun, Step
 from runs.services import run_start
 from skills.models import PolicyStatus
-from skills.services import Actor, policy_update
+from skills.policy_edits import policy_update
+from skills.services import Actor
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.runs.helpers import drive, new_workspace
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cognition.core import core_act
+from cognition.core_act import core_act
 from cognition.models import Credential
 from cognition.principals import Principal
 from cognition.services import credential_delete, credential_set

@@ -29,8 +29,9 @@ from cognition.tasks import schedule_fire_task
 from config.celery import app as celery_app
 from runs.models import MotorRun, Signal
 from runs.services import run_start
+from skills.install import skill_delete
 from skills.models import Policy, PolicyStatus, SkillFile
-from skills.services import Actor, skill_delete
+from skills.services import Actor
 from tests.runs.helpers import new_workspace
 from tests.skills.conftest import tamper_file
 

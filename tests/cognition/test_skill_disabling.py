@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from cognition.core import core_act
+from cognition.core_act import core_act
 from cognition.principals import Principal
 from cognition.services import credential_set
 from skills.disabling import policy_disable, policy_enable

@@ -13,7 +13,8 @@ from cognition.selectors import credential_list_names, credentials_resolve
 from cognition.services import credential_delete, credential_set
 from skills.errors import CredentialsUnreadable
 from skills.imports import skill_import_pasted
-from skills.services import Actor, policy_update
+from skills.policy_edits import policy_update
+from skills.services import Actor
 
 from .conftest import SECRET, World, raw_credential_column, skill_md
 

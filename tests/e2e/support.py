@@ -12,7 +12,9 @@ from cognition.models import Agent, Conversation, Message
 from runs.models import Signal
 from skills.imports import skill_import_pasted
 from skills.models import Policy
-from skills.services import Actor, policy_approve, policy_review, policy_update
+from skills.policy_edits import policy_update
+from skills.reviewing import policy_approve, policy_review
+from skills.services import Actor
 
 DOCS_PAGE = """AgentMail API (v1)
 

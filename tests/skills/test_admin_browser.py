@@ -8,7 +8,8 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus, Skill
-from skills.services import Actor, policy_approve, policy_review
+from skills.reviewing import policy_approve, policy_review
+from skills.services import Actor
 from tests.skills.admin_support import (
     APPROVER_PERMS,
     PASSWORD,

@@ -12,8 +12,10 @@ from django.test import Client
 from django.urls import reverse
 
 from skills import selectors
+from skills.loading import skill_load_for_execution
 from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus, Skill
-from skills.services import Actor, policy_approve, policy_review, skill_load_for_execution
+from skills.reviewing import policy_approve, policy_review
+from skills.services import Actor
 from tests.skills.admin_support import (
     APPROVER_PERMS,
     EDITOR_PERMS,
@@ -731,7 +733,7 @@ def test_an_audit_row_shows_its_changes_indented_and_the_policy_by_names(
     approver: User, policy: Policy
 ) -> None:
     # given a policy edit recorded in the audit trail
-    from skills.services import policy_update
+    from skills.policy_edits import policy_update
 
     policy_update(
         policy=policy.pk, actor=Actor.from_user(approver), allowed_domains=["api.open-meteo.com"]
@@ -755,7 +757,7 @@ def test_an_audit_row_shows_its_changes_indented_and_the_policy_by_names(
 def _install_version(root: Path, agent, *, extracted_from: dict) -> Policy:
     """weather-report installed as a run's extraction does: no source, `extracted_from` set."""
     from skills import bundle as bundle_lib
-    from skills.services import skill_install_bundle
+    from skills.install import skill_install_bundle
 
     skill_dir = root / "weather-report"
     for rel, text in WEATHER_SKILL.items():

@@ -13,14 +13,11 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from skills.bundle import bundles_from_tree, review_bundle
+from skills.install import skill_install_bundle
 from skills.models import Policy, PolicyStatus, Skill, SkillFile, SkillVersion
-from skills.services import (
-    Actor,
-    policy_approve,
-    policy_review,
-    policy_update,
-    skill_install_bundle,
-)
+from skills.policy_edits import policy_update
+from skills.reviewing import policy_approve, policy_review
+from skills.services import Actor
 from tests.skills.conftest import make_bundle, skill_md, tamper_file, write_skill
 
 pytestmark = pytest.mark.django_db

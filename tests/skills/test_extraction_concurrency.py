@@ -11,15 +11,12 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from skills.extraction import skill_prepare_workspace, skills_extract_from_workspace
+from skills.install import skill_install_bundle
 from skills.models import Policy, PolicyStatus, Skill, SkillVersion
+from skills.policy_edits import policy_update
 from skills.selectors import policy_credential_values
-from skills.services import (
-    Actor,
-    policy_update,
-    skill_install_bundle,
-    skill_prepare_workspace,
-    skills_extract_from_workspace,
-)
+from skills.services import Actor
 from tests.skills.conftest import make_bundle, skill_md
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]

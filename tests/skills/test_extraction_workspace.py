@@ -10,19 +10,14 @@ from pathlib import Path
 import pytest
 
 from skills.errors import SkillHashMismatch
+from skills.extraction import skill_prepare_workspace, skills_extract_from_workspace
+from skills.install import skill_install_bundle
+from skills.loading import skill_load_for_execution
 from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus, Skill, SkillVersion
+from skills.policy_edits import policy_create, policy_update
+from skills.reviewing import policy_approve, policy_review
 from skills.selectors import policy_credential_values
-from skills.services import (
-    Actor,
-    policy_approve,
-    policy_create,
-    policy_review,
-    policy_update,
-    skill_install_bundle,
-    skill_load_for_execution,
-    skill_prepare_workspace,
-    skills_extract_from_workspace,
-)
+from skills.services import Actor
 from tests.skills.conftest import make_bundle, raw_column, skill_md, write_skill
 
 pytestmark = pytest.mark.django_db

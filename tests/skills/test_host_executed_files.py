@@ -10,15 +10,11 @@ from pathlib import Path
 import pytest
 
 from skills.bundle.paths import classify
+from skills.extraction import skill_prepare_workspace, skills_extract_from_workspace
+from skills.install import skill_install_bundle
 from skills.models import Policy, PolicyStatus, Skill, SkillFile, SkillVersion
-from skills.services import (
-    Actor,
-    policy_approve,
-    policy_review,
-    skill_install_bundle,
-    skill_prepare_workspace,
-    skills_extract_from_workspace,
-)
+from skills.reviewing import policy_approve, policy_review
+from skills.services import Actor
 from tests.skills.conftest import make_bundle, skill_md
 
 pytestmark = pytest.mark.django_db

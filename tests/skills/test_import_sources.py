@@ -13,8 +13,9 @@ from django.core.management import call_command
 
 from skills.errors import SkillSourceConflict, SkillValidationError
 from skills.imports import skill_import_archive, skill_import_directory, skill_import_pasted
+from skills.install import skill_install_bundle
 from skills.models import Policy, PolicyStatus, Skill, SkillVersion
-from skills.services import policy_approve, policy_review, skill_install_bundle
+from skills.reviewing import policy_approve, policy_review
 from tests.skills.conftest import make_bundle, skill_md, write_skill
 
 pytestmark = pytest.mark.django_db

@@ -127,7 +127,8 @@ def test_a_hostile_megabyte_of_dotted_words_is_parsed_quickly():
 def test_the_stored_review_of_a_new_version_shows_the_bare_host_it_added(
     agent, system_actor, approver_actor
 ):
-    from skills.services import policy_approve, policy_review, skill_install_bundle
+    from skills.install import skill_install_bundle
+    from skills.reviewing import policy_approve, policy_review
     from tests.skills.conftest import make_bundle
 
     # given v1 approved for the agent, with no host at all

@@ -6,7 +6,8 @@ import pytest
 
 from skills.bundle import review_bundle
 from skills.bundle.lookalike import edit_distance, imitated, skeleton
-from skills.services import policy_review, skill_install_bundle
+from skills.install import skill_install_bundle
+from skills.reviewing import policy_review
 from tests.skills.conftest import make_bundle
 
 

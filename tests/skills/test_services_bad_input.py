@@ -14,8 +14,8 @@ import pytest
 from skills.bundle import content_hash
 from skills.errors import SkillValidationError
 from skills.imports import skill_import_archive, skill_import_directory, skill_import_pasted
+from skills.install import skill_install_bundle
 from skills.models import PolicyStatus
-from skills.services import skill_install_bundle
 from tests.skills.conftest import make_bundle, skill_md, write_skill
 
 pytestmark = pytest.mark.django_db

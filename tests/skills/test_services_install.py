@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from skills.imports import skill_import_archive, skill_import_directory, skill_import_pasted
+from skills.install import skill_install_bundle
 from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus, Skill, SkillVersion
-from skills.services import skill_install_bundle
 from tests.skills.conftest import make_bundle, skill_md, write_skill
 
 pytestmark = pytest.mark.django_db
@@ -58,7 +58,7 @@ def test_install_without_agent_creates_no_policy(system_actor):
 
 def test_identical_content_creates_no_version_and_keeps_status(agent, system_actor, approver_actor):
     # given an installed, reviewed and approved skill
-    from skills.services import policy_approve, policy_review
+    from skills.reviewing import policy_approve, policy_review
 
     first = skill_install_bundle(bundle=make_bundle("weather"), actor=system_actor, agent=agent)
     policy_review(policy=first.policy, actor=approver_actor)
@@ -80,7 +80,7 @@ def test_changed_content_creates_next_version_and_resets_approved_policy(
     agent, system_actor, approver_actor
 ):
     # given an approved skill
-    from skills.services import policy_approve, policy_review
+    from skills.reviewing import policy_approve, policy_review
 
     first = skill_install_bundle(bundle=make_bundle("weather"), actor=system_actor, agent=agent)
     policy_review(policy=first.policy, actor=approver_actor)

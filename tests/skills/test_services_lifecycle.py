@@ -11,15 +11,11 @@ from skills.errors import (
     PolicyValidationError,
     StaleReview,
 )
+from skills.install import skill_install_bundle
+from skills.loading import skill_load_for_execution
 from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus, Skill
-from skills.services import (
-    Actor,
-    policy_approve,
-    policy_reject,
-    policy_review,
-    skill_install_bundle,
-    skill_load_for_execution,
-)
+from skills.reviewing import policy_approve, policy_reject, policy_review
+from skills.services import Actor
 from tests.skills.conftest import make_bundle
 
 pytestmark = pytest.mark.django_db

@@ -14,6 +14,8 @@ from skills.errors import (
     SkillNotFound,
     SkillVersionNotFound,
 )
+from skills.install import skill_delete, skill_install_bundle
+from skills.loading import skill_load_for_execution
 from skills.models import (
     AuditAction,
     Policy,
@@ -23,17 +25,10 @@ from skills.models import (
     SkillFile,
     SkillVersion,
 )
+from skills.policy_edits import policy_update
+from skills.reviewing import policy_approve, policy_review, policy_rollback
 from skills.selectors import policy_credential_values, policy_detail
-from skills.services import (
-    Actor,
-    policy_approve,
-    policy_review,
-    policy_rollback,
-    policy_update,
-    skill_delete,
-    skill_install_bundle,
-    skill_load_for_execution,
-)
+from skills.services import Actor
 from tests.skills.conftest import make_bundle, raw_column, tamper_file
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,10 @@ import hashlib
 import pytest
 
 from skills.imports import skill_import_pasted
+from skills.install import skill_install_bundle
 from skills.models import PolicyStatus
-from skills.services import policy_approve, policy_review, policy_update, skill_install_bundle
+from skills.policy_edits import policy_update
+from skills.reviewing import policy_approve, policy_review
 from tests.skills.conftest import make_bundle
 
 pytestmark = pytest.mark.django_db

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from skills.errors import PolicyNotFound, SkillNotFound, SkillVersionNotFound
+from skills.install import skill_install_bundle
 from skills.models import PolicyStatus
+from skills.policy_edits import policy_update
 from skills.selectors import (
     policy_audit_trail,
     policy_detail,
@@ -16,7 +18,7 @@ from skills.selectors import (
     skill_version_history,
     version_files,
 )
-from skills.services import Actor, policy_update, skill_install_bundle
+from skills.services import Actor
 from tests.skills.conftest import make_bundle
 
 pytestmark = pytest.mark.django_db

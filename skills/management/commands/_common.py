@@ -6,7 +6,7 @@ from django.apps import apps
 from django.core.management.base import CommandError
 from django.db.models import Model
 
-from skills.services import InstallResult
+from skills.install import InstallResult
 
 
 def agent_by_name(name: str | None) -> Model | None:

@@ -9,7 +9,8 @@ import pytest
 from cognition.models import Agent, Conversation, Message
 from skills.imports import skill_import_pasted
 from skills.models import Policy, PolicyStatus
-from skills.services import Actor, policy_review
+from skills.reviewing import policy_review
+from skills.services import Actor
 from tests.cognition.conftest import World, skill_md, state_snapshot
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 

@@ -16,7 +16,8 @@ from runs.models import MotorRun, RunStatus, Signal, SignalKind
 from runs.outbox import signal_emit
 from skills.imports import skill_import_pasted
 from skills.models import Policy, PolicyStatus
-from skills.services import Actor, policy_review
+from skills.reviewing import policy_review
+from skills.services import Actor
 from tests.cognition.conftest import World, skill_md
 from tests.fixtures.llm import ScriptedLLM, reply_text, reply_tools, tool_call
 from tests.runs.helpers import drive
