@@ -14,80 +14,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from runs.errors import InvalidRunParams
+from skills.toolpolicy import manifests
 
 logger = logging.getLogger(__name__)
 
-ASK_USER = "ask_user"
-
-ASK_USER_SCHEMA: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": ASK_USER,
-        "description": (
-            "Ask the user a question when you cannot continue without their answer "
-            "(clarification, a choice, missing information). The run pauses until they reply."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {"question": {"type": "string", "description": "The question."}},
-            "required": ["question"],
-            "additionalProperties": False,
-        },
-    },
-}
-
-REQUEST_APPROVAL = "request_approval"
-
-REQUEST_APPROVAL_SCHEMA: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": REQUEST_APPROVAL,
-        "description": (
-            "Ask the owner to approve one exact tool call before you make it (for anything "
-            "irreversible: submitting, paying, deleting, sending). The run pauses until they "
-            "decide. An approval lets exactly that call, with exactly those arguments, run once."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "tool": {"type": "string", "description": "The tool you want to call."},
-                "arguments": {"type": "object", "description": "Its exact arguments."},
-                "reason": {"type": "string", "description": "What it does, for the owner."},
-            },
-            "required": ["tool", "arguments", "reason"],
-            "additionalProperties": False,
-        },
-    },
-}
-
-SAVE_CREDENTIAL = "save_credential"
-
-SAVE_CREDENTIAL_SCHEMA: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": SAVE_CREDENTIAL,
-        "description": (
-            "Store a secret you obtained during the task (an API key from a signup page, a "
-            "password you created) so that later runs of this skill can use it. The value is "
-            "kept encrypted and never shown again: afterwards refer to it only as "
-            "<credential:NAME>; it is also available to code, bash and fetch as the environment "
-            "variable NAME. For a loaded skill, only the names in its required credentials may "
-            "be saved."
-        ),
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "name": {
-                    "type": "string",
-                    "description": "Credential name: lower-case letters, digits and _.",
-                },
-                "value": {"type": "string", "description": "The secret value."},
-            },
-            "required": ["name", "value"],
-            "additionalProperties": False,
-        },
-    },
-}
+# The host-side tools' schemas are generated from their manifests (skills.toolpolicy).
+ASK_USER = manifests.ASK_USER
+ASK_USER_SCHEMA: dict[str, Any] = manifests.MANIFESTS[ASK_USER].function_schema()
+REQUEST_APPROVAL = manifests.REQUEST_APPROVAL
+REQUEST_APPROVAL_SCHEMA: dict[str, Any] = manifests.MANIFESTS[REQUEST_APPROVAL].function_schema()
+SAVE_CREDENTIAL = manifests.SAVE_CREDENTIAL
+SAVE_CREDENTIAL_SCHEMA: dict[str, Any] = manifests.MANIFESTS[SAVE_CREDENTIAL].function_schema()
 
 SYNTHETIC_TOOLS: tuple[str, ...] = (ASK_USER, REQUEST_APPROVAL, SAVE_CREDENTIAL)
 
@@ -136,9 +73,7 @@ def offered_schemas(
     """
     schemas: list[dict[str, Any]] = []
     if granted:
-        import sandbox.tools as sandbox_tools
-
-        schemas.extend(sandbox_tools.tool_schemas(granted))
+        schemas.extend(manifests.function_schemas(granted))
     if synthetic:
         schemas.extend([ASK_USER_SCHEMA, REQUEST_APPROVAL_SCHEMA])
         if save_credential:

@@ -1,0 +1,110 @@
+"""Tool manifests: every tool has one with the seed-004 fields, and what the model is offered is
+generated from them (equal to what the sandbox library validates against)."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+
+import sandbox.tools as sandbox_tools
+from runs import tools as run_tools
+from skills.toolpolicy import manifests
+from skills.toolpolicy.manifests import MANIFESTS, UnknownTool, expand, function_schemas
+
+FIELDS = {
+    "id",
+    "name",
+    "description",
+    "category",
+    "inputs",
+    "outputs",
+    "risk",
+    "cost",
+    "min_trust_level",
+    "requires_approval",
+    "allowed_directories",
+    "command_whitelist",
+    "host_side",
+}
+
+
+def test_every_tool_the_runtime_knows_has_a_manifest_and_nothing_else_does():
+    assert manifests.TOOL_IDS == (
+        "code",
+        "bash",
+        "read",
+        "write",
+        "edit",
+        "list",
+        "glob",
+        "grep",
+        "fetch",
+        "ask_user",
+        "request_approval",
+        "save_credential",
+    )
+    assert manifests.SANDBOX_TOOL_IDS == sandbox_tools.TOOL_NAMES
+    assert manifests.HOST_TOOL_IDS == run_tools.SYNTHETIC_TOOLS
+    assert manifests.GRANTABLE == manifests.TOOL_IDS + ("filesystem", "shell")
+
+
+@pytest.mark.parametrize("tool_id", list(MANIFESTS))
+def test_each_manifest_has_the_seed_fields_and_valid_json_schemas(tool_id):
+    data = MANIFESTS[tool_id].to_dict()
+
+    assert set(data) == FIELDS
+    assert data["id"] == tool_id
+    assert data["name"] and data["description"]
+    assert data["risk"] in {"low", "medium", "high"}
+    assert data["cost"] in {"free", "cheap", "expensive"}
+    assert data["min_trust_level"] in {"observe", "suggest", "supervised_auto", "bounded_auto"}
+    jsonschema.Draft202012Validator.check_schema(data["inputs"])
+    jsonschema.Draft202012Validator.check_schema(data["outputs"])
+    assert data["inputs"]["type"] == "object"
+    assert data["inputs"]["additionalProperties"] is False
+    if data["category"] == "fs":
+        assert data["allowed_directories"] == ["."]
+    if tool_id == "bash":
+        assert data["command_whitelist"] == list(sandbox_tools.DEFAULT_BASH_ALLOWLIST)
+    else:
+        assert data["command_whitelist"] == []
+
+
+def test_the_models_function_schemas_are_generated_from_the_manifests():
+    every = list(manifests.SANDBOX_TOOL_IDS)
+
+    assert function_schemas(every) == sandbox_tools.tool_schemas(every)
+    assert function_schemas(["bash"], bash_allowlist=["jq"]) == sandbox_tools.tool_schemas(
+        ["bash"], bash_allowlist=["jq"]
+    )
+    assert run_tools.offered_schemas(["filesystem"], save_credential=True) == [
+        MANIFESTS[t].function_schema()
+        for t in ("read", "write", "edit", "list", "glob", "grep")
+        + ("ask_user", "request_approval", "save_credential")
+    ]
+    assert run_tools.ASK_USER_SCHEMA == MANIFESTS["ask_user"].function_schema()
+
+
+def test_a_generated_schema_is_a_copy_a_caller_cannot_change_the_manifest_through():
+    schema = MANIFESTS["read"].function_schema()
+    schema["function"]["parameters"]["properties"].clear()
+
+    assert MANIFESTS["read"].function_schema()["function"]["parameters"]["properties"]
+
+
+def test_aliases_expand_and_an_unknown_name_is_refused_naming_the_grantable_set():
+    assert expand(["shell", "read", "filesystem"]) == (
+        "bash",
+        "read",
+        "write",
+        "edit",
+        "list",
+        "glob",
+        "grep",
+    )
+    with pytest.raises(UnknownTool) as caught:
+        expand(["browser", "read", "nope"])
+    assert str(caught.value) == (
+        "unknown tool(s): 'browser', 'nope'; grantable: code, bash, read, write, edit, list, "
+        "glob, grep, fetch, ask_user, request_approval, save_credential, filesystem, shell"
+    )
