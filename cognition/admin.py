@@ -19,6 +19,7 @@ from cognition import (
     admin_vault,  # noqa: F401 - registers the vault and token pages
 )
 from cognition.admin_delivery import AgentWebhookAdminMixin, may_manage_webhook
+from cognition.admin_trust import TRUST_ACTIONS, AgentTrustAdminMixin
 from cognition.brain import admin as brain_admin  # noqa: F401 - registers the conversation pages
 from cognition.energy import band_for, energy_level, energy_restore, may_restore_energy
 from cognition.models import Agent
@@ -34,7 +35,7 @@ TOKEN_PAGE = "admin/cognition/agent/token_issued.html"  # noqa: S105 - a templat
 
 
 @admin.register(Agent)
-class AgentAdmin(AgentWebhookAdminMixin, admin.ModelAdmin):
+class AgentAdmin(AgentTrustAdminMixin, AgentWebhookAdminMixin, admin.ModelAdmin):
     list_display = (
         "name",
         "owner",
@@ -74,6 +75,7 @@ class AgentAdmin(AgentWebhookAdminMixin, admin.ModelAdmin):
         "trust_relayed_consent",
         "withdraw_relayed_consent",
         "restore_energy",
+        *TRUST_ACTIONS,
     ]
 
     def _token_agents(self, request: HttpRequest, queryset: QuerySet[Agent]) -> list[Agent]:

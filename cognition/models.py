@@ -8,14 +8,18 @@ import secrets
 from django.conf import settings
 from django.db import models
 from django.db.models.functions import Lower
+from django.utils import timezone
+
+from skills.toolpolicy import trust
 
 
 class TrustLevel(models.TextChoices):
-    """How much an agent is trusted (seed 004); behaviour comes with the API issue."""
+    """How autonomously an agent's runs act (seed 004; the rules are `skills.toolpolicy`)."""
 
-    UNTRUSTED = "untrusted", "Untrusted"
-    STANDARD = "standard", "Standard"
-    TRUSTED = "trusted", "Trusted"
+    OBSERVE = trust.TrustLevel.OBSERVE.value, "Observe (read only)"
+    SUGGEST = trust.TrustLevel.SUGGEST.value, "Suggest (every call approved)"
+    SUPERVISED_AUTO = trust.TrustLevel.SUPERVISED_AUTO.value, "Supervised auto (high risk approved)"
+    BOUNDED_AUTO = trust.TrustLevel.BOUNDED_AUTO.value, "Bounded auto"
 
 
 TOKEN_PREFIX = "mc_"  # noqa: S105 - a public marker, not a secret
@@ -46,8 +50,9 @@ class Agent(models.Model):
     energy = models.FloatField(default=1.0, help_text="0.0 (exhausted) to 1.0 (rested).")
     # When `energy` was last written; regeneration since then is added on read (cognition.energy).
     last_energy_at = models.DateTimeField(null=True, blank=True)
+    # Changed only through cognition.trust.agent_set_trust_level (staff, audited).
     trust_level = models.CharField(
-        max_length=16, choices=TrustLevel.choices, default=TrustLevel.STANDARD
+        max_length=16, choices=TrustLevel.choices, default=TrustLevel.SUPERVISED_AUTO
     )
     trusted_for_relayed_consent = models.BooleanField(
         default=False,
@@ -66,11 +71,16 @@ class Agent(models.Model):
 
     class Meta:
         ordering = ["name"]
+        permissions = [("change_trust_level", "Can change an agent's trust level")]
         constraints = [
             models.CheckConstraint(
                 condition=models.Q(energy__gte=0.0) & models.Q(energy__lte=1.0),
                 name="agent_energy_between_0_and_1",
-            )
+            ),
+            models.CheckConstraint(
+                condition=models.Q(trust_level__in=TrustLevel.values),
+                name="agent_trust_level_valid",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -382,3 +392,27 @@ class DeliveryAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"signal {self.signal_id} attempt {self.number} ({self.outcome})"
+
+
+class TrustLevelChange(models.Model):
+    """Append-only record of every change of an agent's trust level (database triggers refuse
+    UPDATE and DELETE). Keeps the agent's name, so it outlives the agent."""
+
+    agent = models.ForeignKey(
+        Agent, null=True, blank=True, on_delete=models.SET_NULL, related_name="trust_changes"
+    )
+    agent_name = models.CharField(max_length=100)
+    from_level = models.CharField(max_length=16)
+    to_level = models.CharField(max_length=16, choices=TrustLevel.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_label = models.CharField(max_length=200)
+    reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.agent_name}: {self.from_level} → {self.to_level} by {self.actor_label}"

@@ -30,7 +30,13 @@ def test_agent_list_shows_name_owner_energy_trust_and_never_the_token() -> None:
     detail = client.get(reverse("admin:cognition_agent_change", args=[agent.pk])).content.decode()
 
     # then they show the agent's facts, the token only by its prefix, and no editable field
-    for text in ("scout", "root", "1.0", "Standard", f"active ({issued.raw[:10]}…)"):
+    for text in (
+        "scout",
+        "root",
+        "1.0",
+        "Supervised auto (high risk approved)",
+        f"active ({issued.raw[:10]}…)",
+    ):
         assert text in listing
     for html in (listing, detail):
         assert issued.raw not in html

@@ -27,7 +27,7 @@ def test_an_agent_token_authenticates_as_that_agent(world: World) -> None:
         "energy": 1.0,
         "energy_band": "all",
         "regen_per_hour": 0.1,
-        "trust_level": "standard",
+        "trust_level": "supervised_auto",
         "trusted_for_relayed_consent": False,
     }
 
