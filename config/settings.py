@@ -241,6 +241,12 @@ MOTOR_ARTIFACTS_MAX_TOTAL_BYTES = env.int(
 # seconds artifacts are kept before the purge (celery-beat, every MOTOR_PURGE_INTERVAL_SECONDS)
 MOTOR_ARTIFACTS_RETENTION_SECONDS = env.int("MOTOR_ARTIFACTS_RETENTION_SECONDS", default=30 * 86400)
 
+# days the per-call audit trail is kept before the purge (celery-beat, every
+# MOTOR_PURGE_INTERVAL_SECONDS); nothing younger can be deleted
+MOTOR_AUDIT_RETENTION_DAYS = env.int("MOTOR_AUDIT_RETENTION_DAYS", default=365)
+if MOTOR_AUDIT_RETENTION_DAYS < 1:
+    raise ImproperlyConfigured("MOTOR_AUDIT_RETENTION_DAYS must be 1 or more.")
+
 # --- LLM -----------------------------------------------------------------------------------------
 LLM_BASE_URL = env.str("LLM_BASE_URL", default="")
 LLM_API_KEY = env.str("LLM_API_KEY", default="")
@@ -384,6 +390,10 @@ CELERY_BEAT_SCHEDULE = {
     },
     "artifacts-purge": {
         "task": "runs.artifacts_purge",
+        "schedule": float(MOTOR_PURGE_INTERVAL_SECONDS),
+    },
+    "tool-audit-purge": {
+        "task": "runs.tool_audit_purge",
         "schedule": float(MOTOR_PURGE_INTERVAL_SECONDS),
     },
 }

@@ -28,7 +28,10 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.views.decorators.http import require_POST
 
-from runs import services
+from runs import (
+    admin_audit,  # noqa: F401 - registers the audit trail page
+    services,
+)
 from runs.admin_skills import skills_written
 from runs.errors import RunError
 from runs.models import (

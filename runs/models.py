@@ -544,3 +544,6 @@ class PendingWakeup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} @ token {self.token}"
+
+
+from runs.audit_models import AuditPurgeWindow, ToolCallAudit  # noqa: E402, F401 - registered here

@@ -69,6 +69,14 @@ def artifacts_purge_task() -> int:
     return artifacts_purge()
 
 
+@shared_task(name="runs.tool_audit_purge", ignore_result=True)
+def tool_audit_purge_task() -> int:
+    """Periodic (celery-beat): delete tool-call audit rows older than their retention."""
+    from runs.audit import tool_audit_purge
+
+    return tool_audit_purge()
+
+
 @shared_task(name="runs.wakeups_send_pending", ignore_result=True)
 def wakeups_send_pending_task() -> int:
     """Periodic (celery-beat): send the run wake-ups the broker refused while unreachable."""

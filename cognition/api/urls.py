@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import artifacts, conversations, energy, runs, schedules, signals, views, webhooks
+from . import artifacts, audit, conversations, energy, runs, schedules, signals, views, webhooks
 
 app_name = "api"
 
@@ -54,6 +54,8 @@ urlpatterns = [
     ),
     path("oneshot/", runs.OneshotView.as_view(), name="oneshot"),
     path("tools/", runs.ToolListView.as_view(), name="tool-list"),
+    path("tools/manifests/", audit.ToolManifestListView.as_view(), name="tool-manifest-list"),
+    path("audit/", audit.AuditListView.as_view(), name="audit-list"),
     path("schedules/", schedules.ScheduleListView.as_view(), name="schedule-list"),
     path(
         "schedules/<int:schedule_id>/",
