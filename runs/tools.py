@@ -130,10 +130,19 @@ class SandboxSlot:
     outside a sandbox. `close()` only lets go of it; `runs.sessions.run_session_close` ends it.
     """
 
-    def __init__(self, *, run_id: str, workspace: str, allowed_domains: Sequence[str]) -> None:
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        workspace: str,
+        allowed_domains: Sequence[str],
+        bash_allowlist: Sequence[str] | None = None,
+    ) -> None:
         self.run_id = run_id
         self.workspace = workspace
         self.allowed_domains = tuple(allowed_domains)
+        # the skill policy's shell allowlist; None: the sandbox's default
+        self.bash_allowlist = tuple(bash_allowlist) if bash_allowlist else None
         self._session: Any = None
         self._warming: threading.Thread | None = None
 
@@ -182,12 +191,16 @@ class SandboxSlot:
         self._settled()
         try:
             session = self._open()
+            extra: dict[str, Any] = {}
+            if self.bash_allowlist is not None:
+                extra["bash_allowlist"] = self.bash_allowlist
             result = sandbox_tools.execute_tool(
                 session,
                 name,
                 arguments,
                 credentials=credentials,
                 network_enabled=bool(self.allowed_domains),
+                **extra,
             )
         except SandboxError as exc:
             return envelope(

@@ -171,6 +171,10 @@ class Policy(FSMModelMixin, models.Model):
     tools = models.JSONField(default=list, blank=True)
     dependencies = models.JSONField(default=list, blank=True)
     inputs = models.JSONField(default=dict, blank=True, help_text="JSON schema of the inputs.")
+    # The programs the skill's bash calls may run (plain names present in the sandbox); empty:
+    # the sandbox's default allowlist. Checked by skills.toolpolicy.shell when saved, enforced
+    # by the sandbox's bash validator and its PATH of links.
+    shell_allowlist = models.JSONField(default=list, blank=True)
     credential_values = models.TextField(blank=True, default="", editable=False)
 
     approved_by = models.ForeignKey(
