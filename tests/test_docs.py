@@ -73,3 +73,10 @@ def test_the_readme_links_every_document_of_docs() -> None:
     documents = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
     # then the README's documentation table links each one
     assert [name for name in documents if f"(docs/{name})" not in readme] == []
+
+
+def test_the_readme_tool_table_is_the_one_generated_from_the_manifests() -> None:
+    from skills.toolpolicy.table import manifest_table
+
+    # given the table the manifests produce, when the README is read, then it holds that table
+    assert manifest_table() in (ROOT / "README.md").read_text()
