@@ -1,6 +1,6 @@
 """The README's tool table, generated from the manifests (a test keeps the README equal to it).
 
-    uv run python -m skills.toolpolicy.table    # print the table to paste
+uv run python -m skills.toolpolicy.table    # print the table to paste
 """
 
 from __future__ import annotations
