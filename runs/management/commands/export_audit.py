@@ -7,6 +7,7 @@ batches; each line is written as soon as it is read).
 from __future__ import annotations
 
 import sys
+import time as clock
 from datetime import datetime, time
 from typing import Any
 
@@ -55,13 +56,18 @@ class Command(BaseCommand):
         if options["batch"] < 1:
             raise CommandError("--batch: must be 1 or more.")
         since = parse_since(options["since"]) if options["since"] else None
+        started = clock.monotonic()
         rows = tool_audit_iter(since=since, batch=options["batch"])
         if options["output"]:
             with open(options["output"], "w", encoding="utf-8") as out:
                 count = self._write(rows, out)
         else:
             count = self._write(rows, self.stdout)
-        sys.stderr.write(f"exported {count} audit rows\n")
+        seconds = clock.monotonic() - started
+        sys.stderr.write(
+            f"exported {count} audit rows in {seconds:.1f} s ({count / max(seconds, 1e-9):.0f} "
+            "rows/s)\n"
+        )
 
     @staticmethod
     def _write(rows: Any, out: Any) -> int:
