@@ -23,6 +23,7 @@ from runs.models import (
 )
 from skills.errors import SkillError
 from skills.models import PolicyStatus
+from skills.toolpolicy import manifests
 
 from .core_act import core_act
 from .core_credential import CREDENTIAL_ACTIONS, core_credential
@@ -32,19 +33,10 @@ from .errors import AgentRequired, CognitionError
 from .principals import Principal
 from .selectors import agent_for_human
 
-GRANTABLE_TOOLS = [
-    "code",
-    "bash",
-    "read",
-    "write",
-    "edit",
-    "list",
-    "glob",
-    "grep",
-    "fetch",
-    "filesystem",
-    "shell",
-]
+# What core.act may grant, from the manifests: the sandbox tools and their aliases (the host-side
+# tools ask_user, request_approval and save_credential are offered to every run that may use
+# them, so a call does not name them).
+GRANTABLE_TOOLS = [*manifests.SANDBOX_TOOL_IDS, *manifests.ALIASES]
 
 _STR = {"type": "string"}
 

@@ -108,3 +108,24 @@ def test_aliases_expand_and_an_unknown_name_is_refused_naming_the_grantable_set(
         "unknown tool(s): 'browser', 'nope'; grantable: code, bash, read, write, edit, list, "
         "glob, grep, fetch, ask_user, request_approval, save_credential, filesystem, shell"
     )
+
+
+def test_core_act_offers_the_sandbox_tools_and_aliases_of_the_manifests():
+    from cognition.tools import GRANTABLE_TOOLS, core_tool_schemas
+
+    act = core_tool_schemas()[0]["function"]["parameters"]["properties"]["tools"]
+    assert GRANTABLE_TOOLS == [
+        "code",
+        "bash",
+        "read",
+        "write",
+        "edit",
+        "list",
+        "glob",
+        "grep",
+        "fetch",
+        "filesystem",
+        "shell",
+    ]
+    assert act["items"]["enum"] == GRANTABLE_TOOLS
+    assert set(GRANTABLE_TOOLS) | set(manifests.HOST_TOOL_IDS) == set(manifests.GRANTABLE)
