@@ -115,7 +115,7 @@ def part1(env: Env, n: int, repeats: int, shape: str) -> list[str]:
     ]
     for label, values in (
         (f"orchestration overhead per iteration ({repeats} runs x {n - 1})", overhead),
-        ("run_policy (once per slice)", per_slice),
+        ("run_policy, a run without a skill (once per slice)", per_slice),
         ("decide (one call)", decide_ms),
         ("audit row INSERT in the result's transaction (one call)", audit_ms),
         ("(for comparison: the row in a transaction of its own)", alone_ms),
@@ -141,23 +141,23 @@ INSERT INTO runs_toolcallaudit (run_ref, attempt, iteration, call_index, agent_r
 SELECT 'run_bench', 1, g, 0, 1, 'bench', 'weather', '', 'read',
     '{"path": "notes/2026/report.txt"}'::jsonb, repeat('x', 200), true, '', 3,
     'approved_skill', false, '', 'supervised_auto', 'worker:bench',
-    now() - (%s - g) * interval '1 millisecond'
+    now() + g * interval '1 microsecond'
 FROM generate_series(1, %s) AS g
 """
 
 
-def _export(env: Env, since: str) -> tuple[float, int, int]:
+def _export(env: Env, since: str | None) -> tuple[float, int, int]:
     """(seconds spent streaming as the command reports it, rows exported, peak RSS KiB of that
     child) for the rows created since `since`."""
     out = env.data_dir / "export.jsonl"
     started = time.perf_counter()
+    window = ["--since", since] if since else []
     child = subprocess.Popen(
         [
             sys.executable,
             "manage.py",
             "export_audit",
-            "--since",
-            since,
+            *window,
             "--format",
             "jsonl",
             "--output",
@@ -186,23 +186,26 @@ def part2(env: Env, rows: int) -> list[str]:
 
     say(f"filling the audit table with {rows} rows ...")
     with connection.cursor() as cursor:
-        cursor.execute(FILL, [rows, rows])
+        cursor.execute(FILL, [rows])
     lines = [
-        f"Part 2 - export_audit --format jsonl (child process), {rows} rows in the table",
+        f"Part 2 - export_audit --format jsonl (child process), {rows} rows filled",
         f"  {'rows exported':>14} {'seconds':>9} {'rows/s':>9} {'peak RSS MiB':>13}",
     ]
     from runs.audit_models import ToolCallAudit
 
     ordered = ToolCallAudit.objects.order_by("id").values_list("created_at", flat=True)
+    total = ToolCallAudit.objects.count()
     say("exporting nothing (the command's own footprint) ...")
     _, _, base_peak = _export(env, "2999-01-01")
     lines.append(f"  {0:>14} {0:>9.1f} {'-':>9} {base_peak / 1024:>13.1f}")
     for share in (10, 1):
         say(f"exporting 1/{share} of the rows ...")
-        since = ordered[rows - rows // share].isoformat()
+        # the filled rows are the newest (timestamps after every earlier row, in id order)
+        since = ordered.reverse()[rows // share - 1].isoformat() if share > 1 else None
         seconds, count, peak = _export(env, since)
         rate = count / max(1e-9, seconds)
         lines.append(f"  {count:>14} {seconds:>9.1f} {rate:>9.0f} {peak / 1024:>13.1f}")
+    lines.append(f"  ({total} rows in the table: the filled ones and part 1's)")
     lines.append(
         "  (seconds: the streaming as the command reports it, without Django's start-up; "
         "constant memory: the peak RSS of the full export is that of the tenth and of none)"
