@@ -17,6 +17,8 @@ import jsonschema
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from skills.errors import SkillError
+
 
 @dataclass(frozen=True, slots=True)
 class InputError:
@@ -76,8 +78,9 @@ def input_errors(schema: Mapping[str, Any], inputs: Any) -> list[InputError]:
                     )
             continue
         errors.append(InputError(field=field, rule=str(error.validator), message=error.message))
-    errors.sort(key=lambda e: (e.field, e.rule))
-    return errors
+    # jsonschema reports `required` once per missing property, each naming the whole list
+    unique = {(e.field, e.rule): e for e in errors}
+    return sorted(unique.values(), key=lambda e: (e.field, e.rule))
 
 
 INPUTS_HEADER = "Inputs of this run (JSON, validated against the skill's input schema):"
@@ -87,3 +90,22 @@ def inputs_block(inputs: Mapping[str, Any]) -> str:
     """The structured block appended to the task: a header and a fenced JSON object."""
     body = json.dumps(dict(inputs), sort_keys=True, indent=2, ensure_ascii=False)
     return f"{INPUTS_HEADER}\n```json\n{body}\n```"
+
+
+class InputsInvalid(SkillError):
+    """A run's or a schedule's inputs fail the skill's input schema (400; `details.errors`
+    lists each failing field with its rule and message)."""
+
+    code = "inputs_invalid"
+    http_status = 400
+
+
+def check_inputs(schema: Mapping[str, Any], inputs: Any, *, skill: str) -> None:
+    """Raise InputsInvalid naming every failing field of `inputs` under `skill`'s schema."""
+    errors = input_errors(schema, inputs if inputs is not None else {})
+    if errors:
+        fields = ", ".join(f"{e.field} ({e.rule})" for e in errors)
+        raise InputsInvalid(
+            f"inputs of skill {skill!r} do not match its input schema: {fields}.",
+            details={"field": "inputs", "errors": [e.to_dict() for e in errors]},
+        )
