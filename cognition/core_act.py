@@ -19,7 +19,6 @@ core.act decisions (seed 000 "Motor Run Lifecycle", seed 001 "core.act"):
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import secrets
@@ -46,6 +45,7 @@ from runs.tools import expand_granted
 from skills.errors import SkillNotFound
 from skills.extraction import skill_prepare_workspace
 from skills.loading import LoadedSkill, skill_load_for_execution
+from skills.toolpolicy.inputs import check_inputs, inputs_block
 
 from . import energy
 from .core import _SKILL_NAME, _lowercase_map, _require_storable, actor_label, skill_actor
@@ -201,10 +201,6 @@ def _core_agentic(
     # the egress policy's own parser, before a skill is loaded or a workspace made
     check_allowed_domains(domains or [], field="domains")
     max_attempts = 3
-    if inputs:
-        # The runtime takes no inputs of its own; they travel with the task text (not as a file:
-        # a new workspace file would be extracted into the skill as a content change).
-        task = f"{task}\n\nInputs (JSON): {json.dumps(inputs, sort_keys=True)}"
 
     if skill_review:
         if trigger != MOTOR_RESULT:
@@ -270,6 +266,14 @@ def _core_agentic(
                     status=policy.status,
                     missing=missing,
                 )
+
+    if loaded is not None and not skill_review:
+        # Before anything is created or drained: a 400 naming every failing field.
+        check_inputs(loaded.policy.inputs, inputs or {}, skill=loaded.skill.name)
+    if inputs:
+        # The runtime takes no inputs of its own; they travel with the task as a structured
+        # block (not as a file: a new workspace file would be extracted into the skill).
+        task = f"{task}\n\n{inputs_block(inputs)}"
 
     energy.energy_check(agent=agent, mode=energy.Mode.AGENTIC, tools=granted)
 

@@ -33,10 +33,10 @@ from .errors import AgentRequired, CognitionError
 from .principals import Principal
 from .selectors import agent_for_human
 
-# What core.act may grant, from the manifests: the sandbox tools and their aliases (the host-side
-# tools ask_user, request_approval and save_credential are offered to every run that may use
-# them, so a call does not name them).
-GRANTABLE_TOOLS = [*manifests.SANDBOX_TOOL_IDS, *manifests.ALIASES]
+# What core.act may grant: exactly the manifests' grantable set. Naming a host-side tool
+# (ask_user, request_approval, save_credential) is allowed and changes nothing: those are
+# offered to every run that may use them.
+GRANTABLE_TOOLS = list(manifests.GRANTABLE)
 
 _STR = {"type": "string"}
 

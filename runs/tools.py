@@ -52,15 +52,20 @@ INTERRUPTED = "interrupted"
 
 
 def expand_granted(names: Sequence[str]) -> list[str]:
-    """Resolve tool names and aliases; InvalidRunParams names every unknown entry."""
+    """The sandbox tools `names` grant (aliases resolved); InvalidRunParams names every entry
+    that is not grantable.
+
+    A host-side tool (ask_user, request_approval, save_credential) may be named — a policy
+    approved with it must run — but is not a sandbox grant: it is offered to every run that
+    may use it, so it is dropped here.
+    """
     if not names:
         return []
-    import sandbox.tools as sandbox_tools
-
     try:
-        return list(sandbox_tools.expand_tools(names))
-    except ValueError as exc:
+        expanded = manifests.expand(names)
+    except manifests.UnknownTool as exc:
         raise InvalidRunParams(f"tools: {exc}", field="tools") from exc
+    return [name for name in expanded if name not in manifests.HOST_TOOL_IDS]
 
 
 def offered_schemas(

@@ -17,9 +17,9 @@ from skills.admin_base import _actor
 from skills.errors import SkillError
 from skills.models import Policy, PolicyStatus, SkillVersion
 from skills.policy_edits import policy_update
-from skills.policy_fields import KNOWN_TOOLS
 from skills.reviewing import policy_reject, policy_review, policy_rollback
 from skills.templatetags.skill_review import short_hash
+from skills.toolpolicy import manifests
 
 
 def _split_list(text: str) -> list[str]:
@@ -54,13 +54,25 @@ class PolicyEditForm(forms.Form):
     )
     tools = forms.MultipleChoiceField(
         required=False,
-        choices=[(t, t) for t in sorted(KNOWN_TOOLS)],
+        # exactly the grantable set, in the manifests' order (skills.toolpolicy)
+        choices=[(t, t) for t in manifests.GRANTABLE],
         widget=forms.CheckboxSelectMultiple,
     )
     dependencies = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
-        help_text="Packages installed before a run; one per line.",
+        help_text=(
+            "Packages the skill declares, pinned: pip:name==version or npm:name@version; one per "
+            "line. Recorded and checked, not yet installed for runs."
+        ),
+    )
+    shell_allowlist = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
+        help_text=(
+            "Programs this skill's bash calls may run (plain names present in the sandbox), one "
+            "per line; empty: the default list."
+        ),
     )
 
     def __init__(self, *args: Any, policy: Policy, **kwargs: Any) -> None:
@@ -72,6 +84,7 @@ class PolicyEditForm(forms.Form):
             "required_credentials": "\n".join(grants["required_credentials"]),
             "tools": list(grants["tools"]),
             "dependencies": "\n".join(grants["dependencies"]),
+            "shell_allowlist": "\n".join(policy.shell_allowlist),
         }
         super().__init__(*args, initial=initial, **kwargs)
         self.policy = policy
@@ -129,6 +142,7 @@ class PolicyEditForm(forms.Form):
             "required_credentials": _split_list(data["required_credentials"]),
             "tools": list(data["tools"]),
             "dependencies": _split_list(data["dependencies"]),
+            "shell_allowlist": _split_list(data["shell_allowlist"]),
             "set_credentials": set_values,
             "clear_credentials": clear,
         }

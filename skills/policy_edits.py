@@ -59,6 +59,7 @@ def policy_update(
     tools: Sequence[str] | None = None,
     dependencies: Sequence[str] | None = None,
     inputs: Mapping[str, Any] | None = None,
+    shell_allowlist: Sequence[str] | None = None,
     set_credentials: Mapping[str, str] | None = None,
     clear_credentials: Iterable[str] | None = None,
     reason: str = "",
@@ -77,6 +78,7 @@ def policy_update(
             "tools": tools,
             "dependencies": dependencies,
             "inputs": inputs,
+            "shell_allowlist": shell_allowlist,
         }.items()
         if v is not None
     }

@@ -12,27 +12,13 @@ from typing import Any
 from sandbox import egress
 from skills import bundle as bundle_lib
 from skills.errors import PolicyValidationError
+from skills.toolpolicy import manifests
+from skills.toolpolicy.dependencies import DependencyInvalid, parse_dependency
+from skills.toolpolicy.inputs import schema_problem
+from skills.toolpolicy.shell import allowlist_problems
 
-# Tools a policy may grant (ARCHITECTURE.md "Core contracts"), including the aliases.
-KNOWN_TOOLS = frozenset(
-    {
-        "code",
-        "bash",
-        "read",
-        "write",
-        "edit",
-        "list",
-        "glob",
-        "grep",
-        "fetch",
-        "browser",
-        "filesystem",
-        "shell",
-        "ask_user",
-        "save_credential",
-        "request_approval",
-    }
-)
+# Tools a policy may grant: every tool with a manifest and the aliases (skills.toolpolicy).
+KNOWN_TOOLS = frozenset(manifests.GRANTABLE)
 
 
 def _policy_proposal(bundle: bundle_lib.Bundle) -> dict[str, Any]:
@@ -149,19 +135,47 @@ def _validated_policy_fields(fields: Mapping[str, Any], *, source: str) -> dict[
         bad = [t for t in tools if t not in KNOWN_TOOLS]
         if bad:
             raise PolicyValidationError(
-                f"{source}: tools contains unknown tool {bad[0]!r}; known tools are "
-                f"{', '.join(sorted(KNOWN_TOOLS))}.",
+                f"{source}: tools contains unknown tool {bad[0]!r}; grantable tools are "
+                f"{', '.join(manifests.GRANTABLE)}.",
                 details={"field": "tools", "rule": "known_tool", "value": bad[0]},
             )
         out["tools"] = tools
     if "dependencies" in fields:
-        out["dependencies"] = _string_list("dependencies", fields["dependencies"], source=source)
+        dependencies = _string_list("dependencies", fields["dependencies"], source=source)
+        for entry in dependencies:
+            try:
+                parse_dependency(entry)
+            except DependencyInvalid as exc:
+                raise PolicyValidationError(
+                    f"{source}: {exc}.",
+                    details={"field": "dependencies", "rule": exc.rule, "value": entry[:200]},
+                ) from None
+        out["dependencies"] = dependencies
+    if "shell_allowlist" in fields:
+        names = _string_list("shell_allowlist", fields["shell_allowlist"], source=source)
+        problems = allowlist_problems(names)
+        if problems:
+            raise PolicyValidationError(
+                f"{source}: shell_allowlist: {problems[0]}.",
+                details={
+                    "field": "shell_allowlist",
+                    "rule": "sandbox_program",
+                    "problems": problems,
+                },
+            )
+        out["shell_allowlist"] = names
     if "inputs" in fields:
         inputs = fields["inputs"]
         if not isinstance(inputs, Mapping) or (inputs and inputs.get("type", "object") != "object"):
             raise PolicyValidationError(
                 f"{source}: inputs must be a JSON schema object ({{'type': 'object', ...}}).",
                 details={"field": "inputs", "rule": "json_schema_object"},
+            )
+        problem = schema_problem(inputs)
+        if problem is not None:
+            raise PolicyValidationError(
+                f"{source}: inputs is {problem}.",
+                details={"field": "inputs", "rule": "json_schema"},
             )
         where = bundle_lib.unstorable_text(dict(inputs))
         if where is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
-from sandbox.inside.tools import BIN_DIRS
+from sandbox.inside.tool_bash import BIN_DIRS
 from sandbox.tools.bash import allowlist_from
 
 

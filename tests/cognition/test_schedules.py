@@ -304,7 +304,10 @@ def test_a_fire_starts_the_skill_with_its_policy_and_trigger_schedule(world, tmp
         ["api.open-meteo.com"],
         ["weather_token"],
     )
-    assert run.task == 'Report the weather in Berlin\n\nInputs (JSON): {"city": "Berlin"}'
+    assert run.task == (
+        "Report the weather in Berlin\n\nInputs of this run (JSON, validated against the "
+        'skill\'s input schema):\n```json\n{\n  "city": "Berlin"\n}\n```'
+    )
     assert _skips() == []
     assert _energy(world.alpha) == 0.85
 

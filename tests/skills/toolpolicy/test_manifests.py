@@ -8,6 +8,7 @@ import pytest
 
 import sandbox.tools as sandbox_tools
 from runs import tools as run_tools
+from runs.errors import InvalidRunParams
 from skills.toolpolicy import manifests
 from skills.toolpolicy.manifests import MANIFESTS, UnknownTool, expand, function_schemas
 
@@ -110,22 +111,22 @@ def test_aliases_expand_and_an_unknown_name_is_refused_naming_the_grantable_set(
     )
 
 
-def test_core_act_offers_the_sandbox_tools_and_aliases_of_the_manifests():
+def test_core_act_and_policy_validation_offer_exactly_the_grantable_set():
     from cognition.tools import GRANTABLE_TOOLS, core_tool_schemas
+    from skills.admin_review_actions import PolicyEditForm
+    from skills.policy_fields import KNOWN_TOOLS
 
     act = core_tool_schemas()[0]["function"]["parameters"]["properties"]["tools"]
-    assert GRANTABLE_TOOLS == [
-        "code",
-        "bash",
-        "read",
-        "write",
-        "edit",
-        "list",
-        "glob",
-        "grep",
-        "fetch",
-        "filesystem",
-        "shell",
-    ]
-    assert act["items"]["enum"] == GRANTABLE_TOOLS
-    assert set(GRANTABLE_TOOLS) | set(manifests.HOST_TOOL_IDS) == set(manifests.GRANTABLE)
+    assert GRANTABLE_TOOLS == list(manifests.GRANTABLE)
+    assert act["items"]["enum"] == list(manifests.GRANTABLE)
+    assert KNOWN_TOOLS == frozenset(manifests.GRANTABLE)
+    offered = [value for value, _label in PolicyEditForm.base_fields["tools"].choices]
+    assert offered == list(manifests.GRANTABLE)
+    assert "browser" not in offered
+
+
+def test_host_side_tools_may_be_named_in_a_grant_and_are_not_sandbox_grants():
+    assert run_tools.expand_granted(["ask_user", "shell", "save_credential"]) == ["bash"]
+    with pytest.raises(InvalidRunParams) as caught:
+        run_tools.expand_granted(["browser"])
+    assert caught.value.details == {"field": "tools"}
