@@ -23,6 +23,7 @@ from runs.models import (
     MotorRun,
 )
 from runs.pipeline.decide import _save_offered
+from runs.policy_gate import standing_of
 from runs.prompts import WRITING_TOOLS, build_system_prompt
 from runs.tools import offered_schemas
 
@@ -48,7 +49,12 @@ def _llm_request(
         may_write_skill=_save_offered(run) and not WRITING_TOOLS.isdisjoint(run.tools),
     )
     messages = [{"role": "system", "content": system}, *compact_messages(recent)]
-    tools = offered_schemas(run.tools, synthetic=not run.review, save_credential=_save_offered(run))
+    tools = offered_schemas(
+        run.tools,
+        synthetic=not run.review,
+        save_credential=_save_offered(run),
+        bash_allowlist=standing_of(run).bash_allowlist,
+    )
     return messages, tools
 
 

@@ -72,6 +72,7 @@ from runs.mutex import mutex_hold
 from runs.pipeline import _perform_call
 from runs.pipeline.decide import _runs_at_once, _save_denial, _save_offered
 from runs.pipeline.intent import _intent_step
+from runs.policy_gate import standing_of
 from runs.records import SliceOutcome
 from runs.sessions import open_run_sessions, run_session_close
 from runs.tools import (
@@ -252,7 +253,11 @@ def _run_slice(
                     return _pause_for_credentials(run, attempt, lease, missing, actor=actor)
 
         slot = SandboxSlot(
-            run_id=run.id, workspace=run.workspace, allowed_domains=run.allowed_domains
+            run_id=run.id,
+            workspace=run.workspace,
+            allowed_domains=run.allowed_domains,
+            # the skill policy's shell allowlist, enforced by the sandbox's bash validator
+            bash_allowlist=standing_of(run).bash_allowlist,
         )
         # The slice goes on, iteration after iteration, while its time budget lasts, so one run
         # does not hold a worker thread from the runs queued behind it.

@@ -96,6 +96,15 @@ def run_policy(run: Any) -> RunPolicy:
     )
 
 
+def standing_of(run: Any) -> RunPolicy:
+    """`run_policy(run)`, read once per run object (a slice loads its run once)."""
+    cached = getattr(run, "_policy_standing", None)
+    if cached is None:
+        cached = run_policy(run)
+        run._policy_standing = cached
+    return cached
+
+
 def decide_call(policy: RunPolicy, name: str, arguments: Mapping[str, Any] | None) -> Decision:
     """The decision for one call of the run (see skills.toolpolicy.decide)."""
     return decide(manifests.manifest(name), policy.trust, policy.context, arguments, name=name)

@@ -69,7 +69,11 @@ def expand_granted(names: Sequence[str]) -> list[str]:
 
 
 def offered_schemas(
-    granted: Sequence[str], *, synthetic: bool = True, save_credential: bool = False
+    granted: Sequence[str],
+    *,
+    synthetic: bool = True,
+    save_credential: bool = False,
+    bash_allowlist: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Function schemas offered to the LLM: the granted tools only, then the host-side ones.
 
@@ -78,7 +82,7 @@ def offered_schemas(
     """
     schemas: list[dict[str, Any]] = []
     if granted:
-        schemas.extend(manifests.function_schemas(granted))
+        schemas.extend(manifests.function_schemas(granted, bash_allowlist=bash_allowlist))
     if synthetic:
         schemas.extend([ASK_USER_SCHEMA, REQUEST_APPROVAL_SCHEMA])
         if save_credential:

@@ -33,6 +33,8 @@ from runs.pipeline.decide import _is_sandbox_call, _refusal, _runs_at_once
 from runs.pipeline.executors import _execute_and_record, _save_credential
 from runs.pipeline.intent import _intent_step
 from runs.pipeline.record import _complete_step
+from runs.policy_gate import decide_call, standing_of
+from runs.policy_gate import refusal as policy_refusal
 from runs.records import SliceOutcome, _event, _signal
 from runs.tools import (
     ASK_USER,
@@ -46,6 +48,11 @@ from runs.tools import (
     needs_approval,
     parse_arguments,
 )
+from skills.toolpolicy.decide import Verdict
+
+#: decision rules whose approval comes from the trust level or the manifest (the run's own
+#: approval_required flag is checked as before)
+TRUST_APPROVAL_RULES = frozenset({"requires_approval", "suggest", "risk"})
 
 
 def _perform_call(
@@ -156,6 +163,13 @@ def _perform_call(
                     )
                     _complete_step(run, attempt, step, result)
                     return _after_result(run, attempt, name, result, actor=actor)
+                # The policy decision (skills.toolpolicy.decide) for the agent's trust level: a
+                # call the level does not allow is refused as data before any host-side effect.
+                decision = decide_call(standing_of(run), name, arguments)
+                if decision.verdict is Verdict.UNAVAILABLE and decision.rule == "trust_level":
+                    result = policy_refusal(decision)
+                    _complete_step(run, attempt, step, result)
+                    return _after_result(run, attempt, name, result, actor=actor)
                 if name == ASK_USER:
                     question = str((arguments or {}).get("question") or "").strip()
                     if question:
@@ -200,9 +214,14 @@ def _perform_call(
                 if refusal is not None:
                     _complete_step(run, attempt, step, refusal)
                     return _after_result(run, attempt, name, refusal, actor=actor)
-                if run.approval_required and needs_approval(
+                flagged = run.approval_required and needs_approval(
                     name, arguments or {}, network_enabled=bool(run.allowed_domains)
-                ):
+                )
+                by_trust = (
+                    decision.verdict is Verdict.NEEDS_APPROVAL
+                    and decision.rule in TRUST_APPROVAL_RULES
+                )
+                if flagged or by_trust:
                     granted = _unused_approval(run, action_hash(name, arguments or {}))
                     if granted is None:
                         return _pause_for_approval(
@@ -212,7 +231,11 @@ def _perform_call(
                             step=step,
                             tool=name,
                             arguments=arguments or {},
-                            summary="approval required before this action",
+                            summary=(
+                                "approval required before this action"
+                                if flagged
+                                else decision.reason
+                            ),
                             actor=actor,
                         )
                     granted.used_at = timezone.now()

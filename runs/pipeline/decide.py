@@ -6,17 +6,20 @@ import re
 from typing import Any
 
 from runs.models import MotorRun
+from runs.policy_gate import decide_call, standing_of
 from runs.tools import (
     envelope,
     needs_approval,
 )
+from skills.toolpolicy.decide import Verdict
 
 #: names save_credential accepts: the skill store's credential-name rule (an env variable name)
 _SAVED_CREDENTIAL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 
 
 def _runs_at_once(run: MotorRun, name: str, arguments: dict[str, Any] | None) -> bool:
-    """A granted call with arguments that parse, and nothing to decide before it runs."""
+    """A granted call with arguments that parse, and nothing to decide before it runs (the
+    policy decision for the agent's trust level says it runs)."""
     return (
         arguments is not None
         and name in run.tools
@@ -24,6 +27,7 @@ def _runs_at_once(run: MotorRun, name: str, arguments: dict[str, Any] | None) ->
             run.approval_required
             and needs_approval(name, arguments, network_enabled=bool(run.allowed_domains))
         )
+        and decide_call(standing_of(run), name, arguments).verdict is Verdict.RUNS
     )
 
 

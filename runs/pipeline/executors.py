@@ -31,6 +31,7 @@ from runs.models import (
     Step,
 )
 from runs.pipeline.after import _after_result
+from runs.pipeline.audit import audit_call
 from runs.pipeline.decide import _save_denial, _save_offered, _skill_policy
 from runs.pipeline.record import _complete_step, _tool_message
 from runs.records import SliceOutcome, _enqueue_step
@@ -136,6 +137,9 @@ def _execute_and_record(
         ledger_record_result(
             lease, attempt, step, result, _tool_message(step, result), release=ends_slice
         )
+        # The result's write is one fenced statement; the audit row follows it at once (a worker
+        # dying between the two loses this one row, never the result).
+        audit_call(run, attempt, step, result, actor=actor)
         if ends_slice:
             outcome = SliceOutcome.CONTINUED
             run_id, token = lease.run_id, lease.token

@@ -12,6 +12,7 @@ from runs.models import (
     Step,
     StepState,
 )
+from runs.pipeline.audit import audit_call
 from runs.tools import tool_message_content
 
 
@@ -23,6 +24,8 @@ def _complete_step(run: MotorRun, attempt: Attempt, step: Step, result: dict[str
     step.save(update_fields=["state", "result", "duration_ms", "completed_at"])
     attempt.messages = [*attempt.messages, _tool_message(step, result)]
     attempt.save(update_fields=["messages"])
+    # the call's audit row, in the same (fenced) transaction as its result
+    audit_call(run, attempt, step, result)
 
 
 def _tool_message(step: Step, result: dict[str, Any]) -> dict[str, Any]:

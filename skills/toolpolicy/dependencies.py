@@ -1,6 +1,7 @@
 """A skill's declared dependencies, as a policy stores them: exact pins, plain names only.
 
     pip:requests==2.32.3        a PyPI distribution at one version
+    requests==2.32.3            the same (pip is the default ecosystem)
     npm:left-pad@1.3.0          an npm package (scoped names allowed) at one version
 
 Anything else — a URL, a path, an unpinned or ranged version, a name with shell metacharacters
@@ -45,11 +46,11 @@ class DependencyInvalid(ValueError):
 def parse_dependency(entry: str) -> Dependency:
     """The dependency `entry` declares; DependencyInvalid naming the entry and the rule."""
     shown = repr(entry[:120])
-    if not isinstance(entry, str) or ":" not in entry:
+    if "://" in entry:
         raise DependencyInvalid(
-            str(entry), "ecosystem", f"dependency {shown} must start with pip: or npm:"
+            entry, "plain_name", f"dependency {shown} is a URL; name a package and a version"
         )
-    ecosystem, _, rest = entry.partition(":")
+    ecosystem, _, rest = entry.partition(":") if ":" in entry else ("pip", "", entry)
     if ecosystem not in ECOSYSTEMS:
         raise DependencyInvalid(
             entry, "ecosystem", f"dependency {shown}: {ecosystem!r} is not one of pip, npm"

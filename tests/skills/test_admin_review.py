@@ -631,7 +631,7 @@ def test_editing_an_approved_policy_keeps_it_approved(approver: User, policy: Po
             "action": "save",
             "allowed_domains": "api.open-meteo.com, *.open-meteo.com",
             "tools": ["bash", "fetch"],
-            "dependencies": "requests",
+            "dependencies": "requests==2.32.3",
         },
         follow=True,
     )
@@ -642,7 +642,7 @@ def test_editing_an_approved_policy_keeps_it_approved(approver: User, policy: Po
     assert policy.status == PolicyStatus.APPROVED
     assert policy.allowed_domains == ["api.open-meteo.com", "*.open-meteo.com"]
     assert policy.tools == ["bash", "fetch"]
-    assert policy.dependencies == ["requests"]
+    assert policy.dependencies == ["requests==2.32.3"]
     event = PolicyAuditEvent.objects.get(policy=policy, action=AuditAction.POLICY_UPDATED)
     assert (event.from_status, event.to_status, event.actor_id) == (
         PolicyStatus.APPROVED,

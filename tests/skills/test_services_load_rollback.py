@@ -301,7 +301,7 @@ def test_clearing_a_credential_removes_its_value(approved, approver_actor):
             "inputs",
             "storable_text",
         ),
-        ({"dependencies": ["requests"], "reason": "why\x00"}, "reason", "storable_text"),
+        ({"dependencies": ["requests==2.32.3"], "reason": "why\x00"}, "reason", "storable_text"),
     ],
 )
 def test_policy_update_refuses_bad_values_and_changes_nothing(

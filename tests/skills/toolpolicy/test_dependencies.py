@@ -16,6 +16,7 @@ from skills.toolpolicy.dependencies import Dependency, DependencyInvalid, parse_
             Dependency("pip", "python-dateutil", "2.9.0.post0"),
             None,
         ),
+        ("requests==2.32.3", Dependency("pip", "requests", "2.32.3"), "requests==2.32.3"),
         ("npm:left-pad@1.3.0", Dependency("npm", "left-pad", "1.3.0"), "left-pad@1.3.0"),
         ("npm:@scope/pkg@2.0.0-beta.1", Dependency("npm", "@scope/pkg", "2.0.0-beta.1"), None),
     ],
@@ -31,7 +32,7 @@ def test_pinned_plain_names_are_accepted(entry, expected, spec):
 @pytest.mark.parametrize(
     ("entry", "rule"),
     [
-        ("requests==2.32.3", "ecosystem"),
+        ("https://evil.test/pkg.whl", "plain_name"),
         ("cargo:serde==1.0.0", "ecosystem"),
         ("pip:requests; rm -rf /==1.0", "plain_name"),
         ("pip:$(curl evil.test)==1.0", "plain_name"),

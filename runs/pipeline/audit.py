@@ -1,0 +1,43 @@
+"""The audit row of each tool call (runs.audit_models.ToolCallAudit), written when its result is
+recorded: in the same transaction for refusals, host-side tools and failures; right after the
+single-statement write of a successful sandbox call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runs.audit import tool_audit_row
+from runs.models import ApprovalStatus, Attempt, MotorRun, Step
+from runs.policy_gate import call_facts, decide_call, standing_of
+from skills.toolpolicy.decide import Verdict
+
+
+def audit_call(
+    run: MotorRun, attempt: Attempt, step: Step, result: dict[str, Any], *, actor: str = ""
+) -> None:
+    """Insert the audit row of `step`'s call with `result` (redacted by runs.audit)."""
+    standing = standing_of(run)
+    arguments = step.arguments if isinstance(step.arguments, dict) else None
+    decision = decide_call(standing, step.tool, arguments)
+    approval = (
+        step.approvals.filter(status=ApprovalStatus.CONSUMED).order_by("-id").first()
+        if step.pk is not None and decision.verdict is not Verdict.RUNS
+        else None
+    )
+    approved_by = f"owner (approval {approval.pk})" if approval is not None else ""
+    tool_audit_row(
+        call_facts(
+            standing,
+            run_id=run.pk,
+            attempt=attempt.index + 1,  # Attempt.index counts from 0
+            iteration=step.iteration,
+            call_index=step.call_index,
+            actor=actor or run.lease_owner or "runtime",
+        ),
+        tool=step.tool,
+        arguments=arguments,
+        result=result,
+        decision=decision.rule,
+        approval_required=decision.verdict is Verdict.NEEDS_APPROVAL,
+        approved_by=approved_by,
+    ).save(force_insert=True)
