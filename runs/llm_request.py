@@ -23,7 +23,7 @@ from runs.models import (
     MotorRun,
 )
 from runs.pipeline.decide import _save_offered
-from runs.policy_gate import standing_of
+from runs.policy_gate import cached_bash_allowlist
 from runs.prompts import WRITING_TOOLS, build_system_prompt
 from runs.tools import offered_schemas
 
@@ -53,7 +53,9 @@ def _llm_request(
         run.tools,
         synthetic=not run.review,
         save_credential=_save_offered(run),
-        bash_allowlist=standing_of(run).bash_allowlist,
+        # Only what the slice already read: this request may be built in another thread
+        # with the database connection released, so it must not query.
+        bash_allowlist=cached_bash_allowlist(run),
     )
     return messages, tools
 

@@ -105,6 +105,12 @@ def standing_of(run: Any) -> RunPolicy:
     return cached
 
 
+def cached_bash_allowlist(run: Any) -> tuple[str, ...] | None:
+    """The skill's shell allowlist if this run object's standing was read already (no query)."""
+    cached = getattr(run, "_policy_standing", None)
+    return cached.bash_allowlist if cached is not None else None
+
+
 def decide_call(policy: RunPolicy, name: str, arguments: Mapping[str, Any] | None) -> Decision:
     """The decision for one call of the run (see skills.toolpolicy.decide)."""
     return decide(manifests.manifest(name), policy.trust, policy.context, arguments, name=name)
