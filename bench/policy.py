@@ -8,10 +8,12 @@ Run by hand (root, on the machine with PostgreSQL, Redis and bwrap):
     uv run python -m bench.policy --rows 1000000      # export size of part 2 (default 1,000,000)
 
 Part 1 measures, in one process and one database: bench.motor part 1's orchestration overhead
-per iteration (real workers, the stub LLM, one read per iteration), then what the policy engine
-adds to one call — `run_policy` once per slice (amortised over the slice's calls), `decide` and
-the audit row's INSERT inside the transaction that records the result — and prints the ratio
-against the 10 % target.
+per iteration (real workers, the stub LLM, one read per iteration; the engine is wired, so this
+is the "after"), then what the policy engine adds to one call — `run_policy` once per slice
+(amortised over the slice's calls), `decide`, and the audit row's INSERT both in a transaction
+of its own (how a successful call's row is written today) and inside an open transaction (what
+it would cost folded into the result's write). "Before" is the overhead minus what is added as
+wired; the ratios against the 10 % target are printed for both ways of writing the row.
 
 Part 2 fills the audit table with `--rows` rows (INSERT … SELECT generate_series), then runs
 `manage.py export_audit --format jsonl` in a child process twice — over a tenth of the rows and
@@ -91,9 +93,8 @@ def part1(env: Env, n: int, repeats: int, shape: str) -> list[str]:
             approval_required=False,
         ).save(force_insert=True)
 
-    # In the loop the row joins the transaction that records the call's result (the fenced
-    # write commits anyway), so what it adds is one INSERT statement, not a commit: measured
-    # inside one open transaction. The row with a commit of its own is shown for comparison.
+    # The row inside an open transaction (what it costs folded into the result's write) and in
+    # a transaction of its own (how a successful call's row is written today).
     with transaction.atomic():
         audit_ms = _timed(audit_row, 500)
 
@@ -104,11 +105,13 @@ def part1(env: Env, n: int, repeats: int, shape: str) -> list[str]:
     alone_ms = _timed(audit_alone, 200)
     ov = median(overhead) or float("nan")
     # a slice of bench.motor part 1 makes n - 1 calls: run_policy once, amortised over them
-    added = (
-        (median(per_slice) or 0) / max(1, n - 1)
-        + (median(decide_ms) or 0)
-        + (median(audit_ms) or 0)
-    )
+    engine = (median(per_slice) or 0) / max(1, n - 1) + (median(decide_ms) or 0)
+    # as wired today a successful call's row follows the result's one-statement write in a
+    # statement (and commit) of its own; folded into that write it would cost the INSERT alone
+    as_wired = engine + (median(alone_ms) or 0)
+    folded = engine + (median(audit_ms) or 0)
+    # the measured overhead already contains the wired engine: "before" is overhead - as_wired
+    before = ov - as_wired
     lines = [
         f"Part 1 - what the policy engine adds per call, worker {shape}",
         f"  {'measurement':<58} {'n':>5} {'median ms':>10} {'p95 ms':>9}",
@@ -117,19 +120,20 @@ def part1(env: Env, n: int, repeats: int, shape: str) -> list[str]:
         (f"orchestration overhead per iteration ({repeats} runs x {n - 1})", overhead),
         ("run_policy, a run without a skill (once per slice)", per_slice),
         ("decide (one call)", decide_ms),
-        ("audit row INSERT in the result's transaction (one call)", audit_ms),
-        ("(for comparison: the row in a transaction of its own)", alone_ms),
+        ("audit row INSERT inside an open transaction (one call)", audit_ms),
+        ("audit row in a transaction of its own (one call, as wired)", alone_ms),
     ):
         lines.append(
             f"  {label:<58} {len(values):>5} {median(values) or 0:>10.3f} {p95(values) or 0:>9.3f}"
         )
     if note:
         lines.append(f"  note: {note}")
-    ratio = added / ov
-    lines.append(
-        f"  added per call / overhead per iteration: {added:.3f} / {ov:.3f} = {ratio:.3f}"
-        f"  target <= 0.10  {'met' if ratio <= 0.10 else 'NOT met'}"
-    )
+    for label, added in (("as wired", as_wired), ("folded into the result's write", folded)):
+        ratio = added / before
+        lines.append(
+            f"  added per call ({label}) / overhead before: {added:.3f} / {before:.3f} = "
+            f"{ratio:.3f}  target <= 0.10  {'met' if ratio <= 0.10 else 'NOT met'}"
+        )
     return lines
 
 
