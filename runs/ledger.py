@@ -226,9 +226,11 @@ def ledger_record_result(
     *,
     release: bool,
     single_statement: bool | None = None,
+    audit: Any = None,
 ) -> None:
     """Mark `step` done with `result`, append `tool_message` to the attempt, and reset the
-    unfinished-slice count; with `release`, also free the lease (the slice ends here).
+    unfinished-slice count; with `release`, also free the lease (the slice ends here). With
+    `audit` (an unsaved `ToolCallAudit`), its row is inserted by the same write.
 
     The in-memory `step` and `attempt` are updated once the write succeeded. Queuing the next
     slice after a release is the caller's.
@@ -243,6 +245,7 @@ def ledger_record_result(
             f"{_quote('result')} = %s, {_quote('duration_ms')} = %s, "
             f"{_quote('completed_at')} = %s WHERE {_quote('id')} = %s "
             f"AND EXISTS (SELECT 1 FROM fence) RETURNING 1) "
+            f"{_audit_cte(audit)}"
             f"UPDATE {attempts} SET {messages} = {messages} || %s "
             f"WHERE {_quote('id')} = %s AND EXISTS (SELECT 1 FROM done)"
         )
@@ -253,6 +256,7 @@ def ledger_record_result(
             duration_ms,
             _prep(Step, "completed_at", completed_at),
             step.pk,
+            *_audit_params(audit),
             _prep(Attempt, "messages", [tool_message]),
             attempt.pk,
         ]
@@ -265,8 +269,35 @@ def ledger_record_result(
         _apply_result(attempt, step, result, tool_message, duration_ms, completed_at)
         step.save(update_fields=["state", "result", "duration_ms", "completed_at"])
         attempt.save(update_fields=["messages"])
+        if audit is not None:
+            audit.save(force_insert=True)
         if release and not lease_release(lease, slice_done=True):
             raise stale_lease(lease)
+
+
+def _audit_fields(audit: Any) -> list[Any]:
+    return [f for f in type(audit)._meta.concrete_fields if not f.primary_key]
+
+
+def _audit_cte(audit: Any) -> str:
+    """The audit row's INSERT as a CTE that runs only when the result was written."""
+    if audit is None:
+        return ""
+    fields = _audit_fields(audit)
+    table = _quote(type(audit)._meta.db_table)
+    columns = ", ".join(_quote(f.column) for f in fields)
+    values = ", ".join(["%s"] * len(fields))
+    return (
+        f", audit AS (INSERT INTO {table} ({columns}) SELECT {values} "  # noqa: S608 - quoted model names; values are parameters
+        f"WHERE EXISTS (SELECT 1 FROM done) RETURNING 1) "
+    )
+
+
+def _audit_params(audit: Any) -> list[Any]:
+    if audit is None:
+        return []
+    connection = connections[DEFAULT_DB_ALIAS]
+    return [f.get_db_prep_save(getattr(audit, f.attname), connection) for f in _audit_fields(audit)]
 
 
 def _apply_result(

@@ -1,12 +1,13 @@
-"""The audit row of each tool call (runs.audit_models.ToolCallAudit), written when its result is
-recorded: in the same transaction for refusals, host-side tools and failures; right after the
-single-statement write of a successful sandbox call."""
+"""The audit row of each tool call (runs.audit_models.ToolCallAudit), written with its result:
+in the same transaction for refusals, host-side tools and failures, and by the same
+one-statement fenced write for a successful sandbox call."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from runs.audit import tool_audit_row
+from runs.audit_models import ToolCallAudit
 from runs.models import ApprovalStatus, Attempt, MotorRun, Step
 from runs.policy_gate import call_facts, decide_call, standing_of
 from skills.toolpolicy.decide import Verdict
@@ -16,6 +17,13 @@ def audit_call(
     run: MotorRun, attempt: Attempt, step: Step, result: dict[str, Any], *, actor: str = ""
 ) -> None:
     """Insert the audit row of `step`'s call with `result` (redacted by runs.audit)."""
+    audit_row(run, attempt, step, result, actor=actor).save(force_insert=True)
+
+
+def audit_row(
+    run: MotorRun, attempt: Attempt, step: Step, result: dict[str, Any], *, actor: str = ""
+) -> ToolCallAudit:
+    """The unsaved audit row of `step`'s call with `result` (redacted by runs.audit)."""
     standing = standing_of(run)
     arguments = step.arguments if isinstance(step.arguments, dict) else None
     decision = decide_call(standing, step.tool, arguments)
@@ -25,7 +33,7 @@ def audit_call(
         else None
     )
     approved_by = f"owner (approval {approval.pk})" if approval is not None else ""
-    tool_audit_row(
+    return tool_audit_row(
         call_facts(
             standing,
             run_id=run.pk,
@@ -40,4 +48,4 @@ def audit_call(
         decision=decision.rule,
         approval_required=decision.verdict is Verdict.NEEDS_APPROVAL,
         approved_by=approved_by,
-    ).save(force_insert=True)
+    )

@@ -31,7 +31,7 @@ from runs.models import (
     Step,
 )
 from runs.pipeline.after import _after_result
-from runs.pipeline.audit import audit_call
+from runs.pipeline.audit import audit_row
 from runs.pipeline.decide import _save_denial, _save_offered, _skill_policy
 from runs.pipeline.record import _complete_step, _tool_message
 from runs.records import SliceOutcome, _enqueue_step
@@ -135,11 +135,15 @@ def _execute_and_record(
     if result.get("ok"):
         # No bailout to weigh: the result (and, at the slice's end, the release) is one write.
         ledger_record_result(
-            lease, attempt, step, result, _tool_message(step, result), release=ends_slice
+            lease,
+            attempt,
+            step,
+            result,
+            _tool_message(step, result),
+            release=ends_slice,
+            # the call's audit row is part of the same fenced write
+            audit=audit_row(run, attempt, step, result, actor=actor),
         )
-        # The result's write is one fenced statement; the audit row follows it at once (a worker
-        # dying between the two loses this one row, never the result).
-        audit_call(run, attempt, step, result, actor=actor)
         if ends_slice:
             outcome = SliceOutcome.CONTINUED
             run_id, token = lease.run_id, lease.token

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cognition.core import core_act
+from cognition.core_act import core_act
 from cognition.models import Agent
 from cognition.principals import Principal
 from runs.models import MotorRun
