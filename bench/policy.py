@@ -10,10 +10,10 @@ Run by hand (root, on the machine with PostgreSQL, Redis and bwrap):
 Part 1 measures, in one process and one database: bench.motor part 1's orchestration overhead
 per iteration (real workers, the stub LLM, one read per iteration; the engine is wired, so this
 is the "after"), then what the policy engine adds to one call — `run_policy` once per slice
-(amortised over the slice's calls), `decide`, and the audit row's INSERT both in a transaction
-of its own (how a successful call's row is written today) and inside an open transaction (what
-it would cost folded into the result's write). "Before" is the overhead minus what is added as
-wired; the ratios against the 10 % target are printed for both ways of writing the row.
+(amortised over the slice's calls), `decide`, and the audit row's INSERT inside an open
+transaction (as wired: the row is part of the write that records the call's result) and, for
+comparison, in a transaction of its own. "Before" is the overhead minus what is added as wired;
+the ratios against the 10 % target are printed for both.
 
 Part 2 fills the audit table with `--rows` rows (INSERT … SELECT generate_series), then runs
 `manage.py export_audit --format jsonl` in a child process twice — over a tenth of the rows and
@@ -93,8 +93,8 @@ def part1(env: Env, n: int, repeats: int, shape: str) -> list[str]:
             approval_required=False,
         ).save(force_insert=True)
 
-    # The row inside an open transaction (what it costs folded into the result's write) and in
-    # a transaction of its own (how a successful call's row is written today).
+    # The row inside an open transaction (as wired: part of the result's write) and, for
+    # comparison, in a transaction of its own.
     with transaction.atomic():
         audit_ms = _timed(audit_row, 500)
 
@@ -106,10 +106,10 @@ def part1(env: Env, n: int, repeats: int, shape: str) -> list[str]:
     ov = median(overhead) or float("nan")
     # a slice of bench.motor part 1 makes n - 1 calls: run_policy once, amortised over them
     engine = (median(per_slice) or 0) / max(1, n - 1) + (median(decide_ms) or 0)
-    # as wired today a successful call's row follows the result's one-statement write in a
-    # statement (and commit) of its own; folded into that write it would cost the INSERT alone
-    as_wired = engine + (median(alone_ms) or 0)
-    folded = engine + (median(audit_ms) or 0)
+    # as wired, a call's row is part of the write that records its result: one more INSERT in
+    # that statement or transaction, no commit of its own
+    as_wired = engine + (median(audit_ms) or 0)
+    alone = engine + (median(alone_ms) or 0)
     # the measured overhead already contains the wired engine: "before" is overhead - as_wired
     before = ov - as_wired
     lines = [
@@ -120,15 +120,15 @@ def part1(env: Env, n: int, repeats: int, shape: str) -> list[str]:
         (f"orchestration overhead per iteration ({repeats} runs x {n - 1})", overhead),
         ("run_policy, a run without a skill (once per slice)", per_slice),
         ("decide (one call)", decide_ms),
-        ("audit row INSERT inside an open transaction (one call)", audit_ms),
-        ("audit row in a transaction of its own (one call, as wired)", alone_ms),
+        ("audit row INSERT inside an open transaction (one call, as wired)", audit_ms),
+        ("audit row in a transaction of its own (one call, for comparison)", alone_ms),
     ):
         lines.append(
             f"  {label:<58} {len(values):>5} {median(values) or 0:>10.3f} {p95(values) or 0:>9.3f}"
         )
     if note:
         lines.append(f"  note: {note}")
-    for label, added in (("as wired", as_wired), ("folded into the result's write", folded)):
+    for label, added in (("as wired", as_wired), ("if the row had a commit of its own", alone)):
         ratio = added / before
         lines.append(
             f"  added per call ({label}) / overhead before: {added:.3f} / {before:.3f} = "
