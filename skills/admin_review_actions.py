@@ -54,8 +54,8 @@ class PolicyEditForm(forms.Form):
     )
     tools = forms.MultipleChoiceField(
         required=False,
-        # exactly the grantable set, in the manifests' order (skills.toolpolicy)
-        choices=[(t, t) for t in manifests.GRANTABLE],
+        # exactly the grantable set (skills.toolpolicy), alphabetically as before
+        choices=[(t, t) for t in sorted(manifests.GRANTABLE)],
         widget=forms.CheckboxSelectMultiple,
     )
     dependencies = forms.CharField(
