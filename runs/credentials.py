@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +29,7 @@ from runs.models import (
     RunStatus,
 )
 from runs.records import SliceOutcome, _event, _signal
+from runs.tools import SAVE_CREDENTIAL
 from skills.crypto import decrypt_json, encrypt_json
 
 logger = logging.getLogger(__name__)
@@ -204,3 +206,63 @@ def _pause_for_credentials(
         },
     )
     return SliceOutcome.PAUSED
+
+
+#: names save_credential accepts: the skill store's credential-name rule (an env variable name)
+_SAVED_CREDENTIAL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+
+
+def save_offered(run: MotorRun) -> bool:
+    """save_credential is offered to skill runs and to runs that may create a skill."""
+    return not run.review and (run.skill_id is not None or bool(run.workspace))
+
+
+def skill_policy(run: MotorRun) -> Any:
+    """The stored policy of the run's skill for its agent, or None."""
+    from skills.models import Policy
+
+    return Policy.objects.filter(skill_id=run.skill_id, agent_id=run.agent_id).first()
+
+
+def save_denial(run: MotorRun, name: str) -> str | None:
+    """Why `name` may not be saved by this run (seed 001 scope rules), or None when it may."""
+    if not _SAVED_CREDENTIAL_NAME.match(name):
+        return (
+            f"credential name {name!r} must be an environment variable name "
+            f"({_SAVED_CREDENTIAL_NAME.pattern})"
+        )
+    if run.skill_id is None:
+        return None  # a new skill: kept as pending until extraction
+    policy = skill_policy(run)
+    required = list(policy.required_credentials) if policy is not None else []
+    if not required:
+        return "this skill declares no required credentials, so it may not save any"
+    if name not in required:
+        return f"{name!r} is not among this skill's required credentials ({', '.join(required)})"
+    return None
+
+
+def reply_take_saved(
+    run: MotorRun, message: dict[str, Any], known: dict[str, str]
+) -> dict[str, str]:
+    """Take the values out of the save_credential calls of the assistant `message` (in place:
+    each call keeps its arguments with the value replaced by its placeholder, or scrubbed when
+    they do not parse). Returns the values the run may save (`save_denial`); a value out of scope
+    is dropped, but added to `known` so that it is redacted wherever the model repeated it."""
+    intercepted: dict[str, str] = {}
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        if function["name"] != SAVE_CREDENTIAL:
+            continue
+        parsed = intercept_save_call(str(function.get("arguments") or ""))
+        if parsed is None:
+            function["arguments"] = scrub_unparsable_save_call(str(function.get("arguments") or ""))
+            continue
+        name, value, redacted = parsed
+        function["arguments"] = redacted
+        # Out of scope: the value is dropped here; the call is answered "denied" later.
+        if save_offered(run) and save_denial(run, name) is None:
+            intercepted[name] = value
+        else:
+            known.setdefault(name, value)
+    return intercepted

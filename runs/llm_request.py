@@ -16,13 +16,13 @@ import openai
 from django.conf import settings
 
 from runs.compaction import compact_messages, roll_up
+from runs.credentials import save_offered
 from runs.errors import LLMUnavailable
 from runs.llm import LLMReply, ModelRole, llm_chat, llm_client
 from runs.models import (
     Attempt,
     MotorRun,
 )
-from runs.pipeline.decide import _save_offered
 from runs.prompts import WRITING_TOOLS, build_system_prompt
 from runs.tools import offered_schemas
 
@@ -45,10 +45,10 @@ def _llm_request(
         skill_instructions=run.skill_instructions,
         recovery_context=attempt.recovery_context,
         progress_summary=progress,
-        may_write_skill=_save_offered(run) and not WRITING_TOOLS.isdisjoint(run.tools),
+        may_write_skill=save_offered(run) and not WRITING_TOOLS.isdisjoint(run.tools),
     )
     messages = [{"role": "system", "content": system}, *compact_messages(recent)]
-    tools = offered_schemas(run.tools, synthetic=not run.review, save_credential=_save_offered(run))
+    tools = offered_schemas(run.tools, synthetic=not run.review, save_credential=save_offered(run))
     return messages, tools
 
 

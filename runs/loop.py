@@ -25,10 +25,9 @@ from runs.credentials import (
     _pause_for_credentials,
     _resolve_credentials,
     _resolved_once,
-    intercept_save_call,
     redact,
+    reply_take_saved,
     saved_values,
-    scrub_unparsable_save_call,
     store_saved,
 )
 from runs.db import release_db_connection
@@ -69,16 +68,10 @@ from runs.models import (
     Step,
 )
 from runs.mutex import mutex_hold
-from runs.pipeline import _perform_call
-from runs.pipeline.decide import _runs_at_once, _save_denial, _save_offered
-from runs.pipeline.intent import _intent_step
+from runs.pipeline import call_perform, intent_ahead
 from runs.records import SliceOutcome
 from runs.sessions import open_run_sessions, run_session_close
-from runs.tools import (
-    SAVE_CREDENTIAL,
-    SandboxSlot,
-    parse_arguments,
-)
+from runs.tools import SandboxSlot
 
 logger = logging.getLogger(__name__)
 
@@ -372,7 +365,7 @@ def _run_iteration(
         fresh = True  # this iteration is new: none of its calls has a Step row yet
 
     for position, (call_index, call) in enumerate(pending):
-        outcome = _perform_call(
+        outcome = call_perform(
             lease,
             run,
             attempt,
@@ -408,8 +401,8 @@ def _record_reply(
 ) -> tuple[SliceOutcome | None, Step | None]:
     """Store the assistant message; finish the run when it asked for no tool call.
 
-    When its first call can run at once (`_runs_at_once`), that call's intent is written with
-    the message, and returned: the call may start.
+    When its first call can run at once (`runs.pipeline.intent_ahead`), that call's intent is
+    written with the message, and returned: the call may start.
 
     Credential values never reach the stored message: the value of a save_credential call is
     moved into the run's encrypted store (when its name is in scope) and replaced by its
@@ -417,22 +410,7 @@ def _record_reply(
     """
     message = reply.as_message()
     known = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
-    intercepted: dict[str, str] = {}
-    for call in message.get("tool_calls") or []:
-        function = call["function"]
-        if function["name"] != SAVE_CREDENTIAL:
-            continue
-        parsed = intercept_save_call(str(function.get("arguments") or ""))
-        if parsed is None:
-            function["arguments"] = scrub_unparsable_save_call(str(function.get("arguments") or ""))
-            continue
-        name, value, redacted = parsed
-        function["arguments"] = redacted
-        # Out of scope: the value is dropped here; the call is answered "denied" later.
-        if _save_offered(run) and _save_denial(run, name) is None:
-            intercepted[name] = value
-        else:
-            known.setdefault(name, value)
+    intercepted = reply_take_saved(run, message, known)
     if intercepted:
         with transaction.atomic():
             lease_fence(lease)
@@ -445,7 +423,7 @@ def _record_reply(
         intent = None
     else:
         stored = redact(message, known)
-        intent = _first_intent(lease, run, attempt, stored, model=reply.model)
+        intent = intent_ahead(lease, run, attempt, stored, model=reply.model)
         if intent is not None:
             # the reply and this intent are written together: there is no moment between them
             crash_point("before_step")
@@ -453,32 +431,3 @@ def _record_reply(
     if reply.tool_calls:
         return None, intent
     return _finish_completed(lease, run, attempt, actor=actor), None
-
-
-def _first_intent(
-    lease: Lease, run: MotorRun, attempt: Attempt, stored: dict[str, Any], *, model: str
-) -> Step | None:
-    """The intent of the first call of the reply `stored` (as it will be stored), when that call
-    can run at once; None otherwise (it then goes through `_perform_call`'s general path)."""
-    calls = stored.get("tool_calls") or []
-    if not calls:
-        return None
-    call = calls[0]
-    name = str(call["function"]["name"])
-    raw_arguments = str(call["function"].get("arguments") or "{}")
-    arguments = parse_arguments(raw_arguments)
-    if not _runs_at_once(run, name, arguments):
-        return None
-    reasoning = str(stored.get("content") or "")
-    return _intent_step(
-        lease,
-        attempt,
-        0,
-        call,
-        name,
-        arguments,
-        raw_arguments,
-        model,
-        reasoning,
-        next_iteration=True,
-    )

@@ -50,7 +50,7 @@ from runs.models import (
     new_run_id,
 )
 from runs.mutex import mutex_hold, mutex_release, mutex_reserve
-from runs.pipeline.record import _complete_step
+from runs.pipeline.record import step_complete
 from runs.reaper import ReapReport, run_reap, run_reemit_pending_questions
 from runs.records import SliceOutcome, _current_attempt, _enqueue_step, _event, _lock_run, _signal
 from runs.tools import (
@@ -339,7 +339,7 @@ def run_respond(*, run_id: str, answer: str, actor: str) -> RunTransitioned:
             attempt=attempt, tool_call_id=attempt.pending_tool_call_id, tool=ASK_USER
         )
         result = envelope(ok=True, output=answer, provenance="user")
-        _complete_step(run, attempt, step, result)
+        step_complete(run, attempt, step, result)
         attempt.resume()
         attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
         previous = run.status
@@ -557,7 +557,7 @@ def run_approve(*, run_id: str, approval_id: int, actor: str) -> RunTransitioned
         step = approval.step
         if step is not None and step.tool == REQUEST_APPROVAL:
             tool = approval.action.get("tool")
-            _complete_step(
+            step_complete(
                 run,
                 attempt,
                 step,
@@ -581,7 +581,7 @@ def run_reject(*, run_id: str, approval_id: int, actor: str, note: str = "") -> 
         approval.reject(at=timezone.now())
         approval.save(update_fields=["status", "decided_at"])
         if approval.step is not None:
-            _complete_step(
+            step_complete(
                 run,
                 attempt,
                 approval.step,
