@@ -20,7 +20,7 @@ and is what a receiver de-duplicates on.
 Webhook requests are signed: `X-Motor-Signature: v1=<hex>` is HMAC-SHA256, keyed with the agent's
 signing secret, over `"<X-Motor-Timestamp>.<raw body>"` (the timestamp in Unix seconds). A
 receiver recomputes it over the bytes it received, compares in constant time, and refuses
-timestamps older than a few minutes (`verify_signature` does exactly that).
+timestamps older than a few minutes (`cognition.webhooks.verify_signature` does exactly that).
 """
 
 from __future__ import annotations

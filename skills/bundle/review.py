@@ -1,4 +1,5 @@
-"""Deterministic review of a skill's files: what they reference, what looks dangerous, what changed.
+"""Deterministic review of a skill's files: what they reference and what looks dangerous (what
+changed between two versions is :mod:`.version_diff`).
 
 Everything here is plain text analysis of the files as stored; nothing is executed, fetched or
 trusted. A reviewer sees these facts before deciding, and the sandbox still enforces the policy.
