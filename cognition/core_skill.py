@@ -1,6 +1,7 @@
 """core.skill: list, review, approve, reject, update, delete and import an agent's skills.
 
-Reads are open to the agent; every change passes the consent gate first.
+list, review and import need no consent; approve, reject, update and delete pass the consent
+gate first.
 """
 
 from __future__ import annotations

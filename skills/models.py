@@ -1,7 +1,8 @@
 """Skills, their immutable versions and files, per-agent policies and the policy audit trail.
 
-Fields, constraints, state enums and django-fsm transitions only. Every state change happens in
-`skills.services`, which locks the row, calls a transition, saves and writes a `PolicyAuditEvent`.
+Fields, constraints, state enums and django-fsm transitions only. Every state change happens in a
+skills service (the conventions are in `skills.services`), which locks the row, calls a
+transition, saves and writes a `PolicyAuditEvent`.
 """
 
 from __future__ import annotations
