@@ -21,7 +21,6 @@ the Step (`duration_ms`).
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import re
@@ -46,8 +45,6 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 PG = "postgres://postgres@127.0.0.1:5432"
-#: numbers the parts' runs, so that a part run again (--compare) finds only its own requests
-_SERIAL = itertools.count()
 _TASK = re.compile(r"bench (?P<tag>\S+) reads=(?P<reads>\d+)")
 
 
@@ -351,20 +348,8 @@ def start_workers(env: Env, *, pool: str, processes: int, concurrency: int) -> N
             # warm each process (imports, first connections) before anything is timed
             for _ in range(processes * max(2, min(concurrency, 8))):
                 app.send_task("bench.noop").get(timeout=30)
-            check_variant(processes)
             return
     raise RuntimeError(f"workers {names} did not answer a ping within 90 s")
-
-
-def check_variant(processes: int) -> None:
-    """Every worker runs the variant this process chose (bench.variants)."""
-    from bench.variants import VARIABLE
-    from config.celery import app
-
-    wanted = os.environ.get(VARIABLE) or "default"
-    seen = {app.send_task("bench.variant").get(timeout=30) for _ in range(processes * 4)}
-    if seen != {wanted}:
-        raise RuntimeError(f"the workers run variant(s) {sorted(seen)}, not {wanted}")
 
 
 def stop_workers(env: Env) -> None:
@@ -488,9 +473,8 @@ def overhead_samples(env: Env, n: int, repeats: int) -> tuple[list[float], list[
     overhead: list[float] = []
     tools: list[float] = []
     failed_total = 0
-    serial = next(_SERIAL)
     for rep in range(repeats + 1):  # the first run warms the worker and is not counted
-        tag = f"p1-{serial}-{rep}"
+        tag = f"p1-{rep}"
         run_id = start_run(env, tag, reads=n - 1, iterations=n)
         wait_finished([run_id], 120)
         _, failed, _ = require_completed([run_id])
@@ -604,9 +588,7 @@ def parse_shape(shape: str) -> tuple[str, int, int]:
     return pool, int(processes), int(concurrency)
 
 
-def part1(
-    env: Env, n: int, repeats: int, shape: str, metrics: dict[str, float | None] | None = None
-) -> list[str]:
+def part1(env: Env, n: int, repeats: int, shape: str) -> list[str]:
     lines: list[str] = []
     rows: dict[str, tuple[list[float], str]] = {}
 
@@ -652,8 +634,6 @@ def part1(
     if note:
         lines.append(f"  note: {note}")
     ov = median(rows["overhead"][0])
-    if metrics is not None:
-        metrics["overhead per iteration, ms (median)"] = ov
     ratios = [
         ("overhead / lock+ORM transaction", ov, median(rows["txn"][0]), "<=", 2.5),
         ("overhead / LangGraph PostgresSaver step", ov, median(rows["lg"][0]), "<=", 3.0),
@@ -673,9 +653,7 @@ def part1(
 SETTLE_S = 0.05
 
 
-def part2(
-    env: Env, samples: int, shape: str, metrics: dict[str, float | None] | None = None
-) -> list[str]:
+def part2(env: Env, samples: int, shape: str) -> list[str]:
     from config.celery import app
 
     rows: dict[str, tuple[list[float], str]] = {}
@@ -685,9 +663,8 @@ def part2(
             start_workers(env, pool=pool, processes=processes, concurrency=concurrency)
         say("measuring: start -> first LLM request ...")
         first: list[float] = []
-        serial = next(_SERIAL)
         for i in range(samples + 2):
-            tag = f"p2-{serial}-{i}"
+            tag = f"p2-{i}"
             # the agent and the workspace exist before the clock starts: only run_start is timed
             prepared = (next(env.agents), workspace(env))
             started = time.perf_counter()
@@ -745,11 +722,6 @@ def part2(
         ]
     )
     first, hot = median(rows["first"][0]), median(rows.get("hot", ([], ""))[0])
-    if metrics is not None:
-        metrics["run_start -> first LLM request, ms (median)"] = first
-        metrics["the same, p95 ms"] = p95(rows["first"][0])
-        noop = median(rows.get("noop", ([], ""))[0])
-        metrics["that / Celery round trip after idle"] = first / noop if first and noop else None
     if first is not None and hot:
         lines.append(
             f"  (against the back-to-back round trip, every process already awake: {first / hot:.2f})"
@@ -770,13 +742,7 @@ def noop_throughput(count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-def part3(
-    env: Env,
-    agents: int,
-    iterations: int,
-    shape: str,
-    metrics: dict[str, float | None] | None = None,
-) -> list[str]:
+def part3(env: Env, agents: int, iterations: int, shape: str) -> list[str]:
     lines = [f"Part 3 - throughput, {agents} agents x {iterations} iterations, worker {shape}"]
     motor = celery = None
     detail = cpu = ""
@@ -788,9 +754,8 @@ def part3(
         sampler = Sampler([w.pid for w in env.workers], env.db_name, prefork=pool == "prefork")
         machine_before, own_before = machine_cpu(), sum(os.times()[:2])
         started = time.time()
-        serial = next(_SERIAL)
         ids = [
-            start_run(env, f"p3-{serial}-{i}", reads=iterations - 1, iterations=iterations)
+            start_run(env, f"p3-{i}", reads=iterations - 1, iterations=iterations)
             for i in range(agents)
         ]
         wait_finished(ids, 600)
@@ -802,9 +767,6 @@ def part3(
             f", {failed} failed tool calls" if failed else ""
         )
         cpu = cpu_line(sampler, done, machine_before, machine_after, own_after - own_before)
-        if metrics is not None:
-            metrics["iterations per second"] = motor
-            metrics["worker CPU per iteration, ms"] = sampler.cpu_seconds("worker") * 1000 / done
     except Exception as exc:  # noqa: BLE001
         detail = f"n/a ({reason_of(exc)})"
     finally:
@@ -943,7 +905,6 @@ class Outcome:
     sandbox_procs: int = 0
     db_connections: int = 0
     cpu: str = ""
-    worker_cpu_ms: float | None = None
 
 
 def cpu_line(
@@ -979,10 +940,10 @@ def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: 
         ids: list[str] = []
         machine_before, own_before = machine_cpu(), sum(os.times()[:2])
         started = time.time()
-        serial = next(_SERIAL)
         for i in range(agents):
-            tag = f"p4-{config}-{serial}-{i}"
-            ids.append(start_run(env, tag, reads=iterations - 1, iterations=iterations))
+            ids.append(
+                start_run(env, f"p4-{config}-{i}", reads=iterations - 1, iterations=iterations)
+            )
         wait_finished(ids, 60 + agents * iterations * delay_s)
         machine_after, own_after = machine_cpu(), sum(os.times()[:2])
         done, failed, summary = check_runs(ids)
@@ -993,7 +954,6 @@ def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: 
             outcome.detail += f"; {failed} failed tool calls"
         sampler.stop()
         outcome.cpu = cpu_line(sampler, done, machine_before, machine_after, own_after - own_before)
-        outcome.worker_cpu_ms = sampler.cpu_seconds("worker") * 1000 / max(done, 1)
     except Exception as exc:  # noqa: BLE001
         outcome.detail = f"n/a ({reason_of(exc)})"
     finally:
@@ -1008,14 +968,7 @@ def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: 
     return outcome
 
 
-def part4(
-    env: Env,
-    configs: list[str],
-    agents: int,
-    iterations: int,
-    delay_s: float,
-    metrics: dict[str, float | None] | None = None,
-) -> list[str]:
+def part4(env: Env, configs: list[str], agents: int, iterations: int, delay_s: float) -> list[str]:
     ideal = agents / delay_s
     lines = [
         f"Part 4 - slow LLM ({delay_s:g} s per reply), {agents} agents x {iterations} iterations "
@@ -1026,9 +979,6 @@ def part4(
         outcomes.append(slow_llm_case(env, config, agents, iterations, delay_s))
         o = outcomes[-1]
         say(f"{config}: {fmt(o.rate, 1, 1)} iterations/s ({o.detail})")
-        if metrics is not None:
-            metrics[f"{config}: iterations per second"] = o.rate
-            metrics[f"{config}: worker CPU per iteration, ms"] = o.worker_cpu_ms
     width = max(len(o.config) for o in outcomes)
     lines.append(
         f"  {'pool:processes x concurrency':<{max(width, 28)}}  {'iter/s':>7}  {'of ideal':>8}  "
@@ -1086,32 +1036,6 @@ def ratio_table(ratios: list[tuple[str, float | None, float | None, str, float]]
     return lines
 
 
-def comparison(
-    part: str, compared: list[str], results: dict[str, list[dict[str, float | None]]]
-) -> list[str]:
-    """One row per metric and variant: each round's value, their mean, and the mean against
-    the first variant's."""
-    lines = [f"Part {part} - variants compared (rounds alternate {'/'.join(compared)})"]
-    names = list(dict.fromkeys(k for runs in results.values() for m in runs for k in m))
-    width = max([len(n) for n in names] + [10])
-    vwidth = max(len(v) for v in compared)
-    for name in names:
-        base: float | None = None
-        for variant in compared:
-            values = [m.get(name) for m in results[variant]]
-            known = [v for v in values if v is not None]
-            mean = statistics.fmean(known) if known else None
-            if variant == compared[0]:
-                base = mean
-            against = f"{mean / base:6.3f}" if mean is not None and base else "   n/a"
-            rounds = "  ".join(fmt(v, 8) for v in values)
-            lines.append(
-                f"  {name:<{width}}  {variant:<{vwidth}}  {rounds}  mean {fmt(mean, 8)}"
-                f"  / {compared[0]} {against}"
-            )
-    return lines
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--parts", default="1,2,3,4", help="comma-separated parts to run")
@@ -1137,13 +1061,6 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=1.0, help="part 4 LLM delay (s)")
     parser.add_argument("--redis-db", type=int, default=13, help="Redis database (flushed)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, 30 agents")
-    parser.add_argument(
-        "--compare",
-        default="",
-        help="code-path variants to compare, e.g. default,orm (bench/variants.py): each part "
-        "runs once per variant and round, alternating A/B/A/B, then a table compares them",
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of --compare (default 3)")
     args = parser.parse_args()
     parts = {p.strip() for p in args.parts.split(",")}
     repeats = 1 if args.quick else args.repeats
@@ -1154,33 +1071,17 @@ def main() -> int:
         # each part is printed as soon as it is measured, so a later failure loses nothing
         print("\n".join(["", *lines]), flush=True)
 
-    from bench import variants
-
-    compared = [v.strip() for v in args.compare.split(",") if v.strip()]
-    configs = [c.strip() for c in args.pools.split(",") if c.strip()]
-    runners: dict[str, Callable[[Env, dict[str, float | None] | None], list[str]]] = {
-        "1": lambda env, m: part1(env, args.iterations, repeats, args.worker, m),
-        "2": lambda env, m: part2(env, 10 if args.quick else 30, args.worker, m),
-        "3": lambda env, m: part3(env, 8, 20, args.worker3, m),
-        "4": lambda env, m: part4(env, configs, agents, 10, args.delay, m),
-    }
     try:
         with environment(args.redis_db) as env:
-            for part in sorted(parts & set(runners)):
-                if not compared:
-                    variants.use(os.environ.get(variants.VARIABLE) or "default")
-                    show(runners[part](env, None))
-                    continue
-                results: dict[str, list[dict[str, float | None]]] = {v: [] for v in compared}
-                for round_ in range(1, args.rounds + 1):
-                    for variant in compared:
-                        variants.use(variant)
-                        stop_workers(env)  # workers take the variant when they start
-                        metrics: dict[str, float | None] = {}
-                        lines = runners[part](env, metrics)
-                        results[variant].append(metrics)
-                        show([f"[{variant}, round {round_}]", *lines])
-                show(comparison(part, compared, results))
+            if "1" in parts:
+                show(part1(env, args.iterations, repeats, args.worker))
+            if "2" in parts:
+                show(part2(env, 10 if args.quick else 30, args.worker))
+            if "3" in parts:
+                show(part3(env, 8, 20, args.worker3))
+            if "4" in parts:
+                configs = [c.strip() for c in args.pools.split(",") if c.strip()]
+                show(part4(env, configs, agents, 10, args.delay))
     except KeyboardInterrupt:
         print("interrupted; cleaned up", file=sys.stderr)
         return 130
