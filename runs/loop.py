@@ -57,7 +57,7 @@ from runs.ledger import (
     ledger_take_over,
 )
 from runs.llm import LLMReply
-from runs.llm_request import FirstCallAhead, _call_llm
+from runs.llm_request import _call_llm
 from runs.models import (
     ACTIVE_STATUSES,
     MAX_ITERATIONS_CEILING,
@@ -106,14 +106,9 @@ def run_step(
     owner: str | None = None,
     client: openai.OpenAI | None = None,
     credentials: Callable[[MotorRun], dict[str, str]] | None = None,
-    ahead: dict[str, Any] | None = None,
 ) -> SliceOutcome:
     """Advance `run_id` by one slice: iterations (one LLM call and the tool calls it asks for)
     until the run pauses or ends, or MOTOR_SLICE_SECONDS have passed.
-
-    `ahead` (a new run's first message carries it, see `FirstCallAhead`) lets the first LLM
-    request go out while the run is claimed; its answer is used only if the claimed run asks
-    exactly that request.
 
     Safe to call any number of times for the same run (redelivery, duplicates): the lease lets
     one slice write, and the Step ledger means a recorded tool call never runs again.
@@ -126,7 +121,6 @@ def run_step(
     its next fenced write.
     """
     owner = owner or default_owner()
-    early = FirstCallAhead.start(ahead, client) if ahead and expected_token == 0 else None
     actor = f"worker:{owner}"
     try:
         _close_sessions_of_finished_runs(current=run_id)
@@ -138,13 +132,9 @@ def run_step(
         )
         exists = claimed is not None or MotorRun.objects.filter(pk=run_id).exists()
     except DATABASE_UNAVAILABLE as exc:
-        if early is not None:
-            early.drop()
         slice_after_database_loss(run_id=run_id, owner=owner, error=exc)
         return SliceOutcome.DATABASE_LOST
     if claimed is None:
-        if early is not None:
-            early.drop()
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
     lease, run, attempt = claimed
     outcome: SliceOutcome | None = None
@@ -152,17 +142,13 @@ def run_step(
         # one resolution per slice: the missing-credential check, the reply's redaction and each
         # tool call all need the same values
         resolve = _resolved_once(credentials or _resolve_credentials)
-        outcome = _run_slice(
-            lease, run, attempt, owner=owner, client=client, credentials=resolve, early=early
-        )
+        outcome = _run_slice(lease, run, attempt, owner=owner, client=client, credentials=resolve)
         return outcome
     except DATABASE_UNAVAILABLE as exc:
         # Transient: end the slice cleanly, the run goes on (runs.db_outage).
         slice_after_database_loss(run_id=run_id, owner=owner, error=exc)
         return SliceOutcome.DATABASE_LOST
     finally:
-        if early is not None:
-            early.drop()
         # The session stays warm while the run goes on (or waits for an answer); it ends with
         # the run, when this slice lost the lease, and when the slice failed unexpectedly.
         if outcome not in (SliceOutcome.CONTINUED, SliceOutcome.PAUSED):
@@ -205,7 +191,6 @@ def _run_slice(
     owner: str,
     client: openai.OpenAI | None,
     credentials: Callable[[MotorRun], dict[str, str]] | None,
-    early: FirstCallAhead | None = None,
 ) -> SliceOutcome:
     """One slice on the claimed `run` and its current `attempt` (as the claim returned them).
 
@@ -261,9 +246,7 @@ def _run_slice(
                 credentials=credentials,
                 actor=actor,
                 slice_ends_at=slice_ends_at,
-                early=early,
             )
-            early = None  # only ever the slice's first LLM call
             if outcome is not None:
                 return outcome
             if time.time() > deadline:
@@ -311,11 +294,9 @@ def _run_iteration(
     credentials: Callable[[MotorRun], dict[str, str]] | None,
     actor: str,
     slice_ends_at: float,
-    early: FirstCallAhead | None = None,
 ) -> SliceOutcome | None:
     """One iteration of the loop: the LLM call when no requested call is pending, then the
     pending tool calls in order. None: the iteration is recorded and the slice may go on.
-    `early`: that LLM call, made ahead of the claim, used if it is the one this run asks.
 
     Once the slice's time is up (`slice_ends_at`, time.monotonic()) when the iteration's last
     result is recorded, that same commit releases the lease and queues the next slice, and the
@@ -338,12 +319,7 @@ def _run_iteration(
         # request is out: starting a sandbox forks this process, which would otherwise hold up
         # the request's own work (the interpreter lock) by milliseconds.
         release_db_connection()
-        reply = early.take(run, attempt) if early is not None else None
-        if reply is not None:
-            if run.tools:
-                slot.prewarm()
-        else:
-            reply = _call_llm(run, attempt, client, on_sent=slot.prewarm if run.tools else None)
+        reply = _call_llm(run, attempt, client, on_sent=slot.prewarm if run.tools else None)
         if isinstance(reply, LLMUnavailable):
             return _fail_locked(
                 lease,

@@ -27,7 +27,7 @@ from runs.errors import (
 )
 from runs.finishing import _finish_failed, _last_step_label
 from runs.ledger import ledger_insert
-from runs.llm_request import FirstCallAhead, runtime_warm
+from runs.llm_request import runtime_warm
 from runs.loop import run_step
 from runs.models import (
     ACTIVE_STATUSES,
@@ -220,12 +220,9 @@ def run_start(
             messages=[{"role": "user", "content": task}],
         )
         event = RunEvent(run=run, from_status="", to_status=run.status, actor=actor, detail={})
-        ahead = FirstCallAhead.inputs(run)
-        # The first message goes out with the insert (see ledger_insert), whose foreign key
-        # checks that the agent exists; the fast-path key is extended once it committed.
-        ledger_insert(
-            run, attempt, event, announce=lambda: wake_up(run_id, 0, ahead, remember=False)
-        )
+        # The first message goes out once the insert committed (see ledger_insert), whose
+        # foreign key checks that the agent exists; so is the fast-path key extended.
+        ledger_insert(run, attempt, event, announce=lambda: wake_up(run_id, 0, remember=False))
         transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
     except IntegrityError as exc:
         if reserved:
