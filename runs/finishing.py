@@ -253,7 +253,7 @@ def _extract_skills(run: MotorRun) -> dict[str, Any]:
     if not getattr(settings, "MOTOR_EXTRACT_SKILLS", True):
         return empty
     from skills.errors import SkillError
-    from skills.services import skills_extract_from_workspace
+    from skills.extraction import skills_extract_from_workspace
 
     try:
         pending = saved_values(run) if run.skill_id is None else {}

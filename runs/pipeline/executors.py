@@ -244,7 +244,8 @@ def _save_credential(run: MotorRun, arguments: dict[str, Any]) -> dict[str, Any]
         return envelope(ok=False, output="the value was not received", error_code="invalid_args")
     if run.skill_id is not None:
         from skills.errors import SkillError
-        from skills.services import Actor, policy_update
+        from skills.policy_edits import policy_update
+        from skills.services import Actor
 
         try:
             policy_update(
