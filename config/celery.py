@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_process_shutdown
 from celery.worker.consumer import Consumer
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -33,6 +33,14 @@ def prefork_database_connections(sender: Any = None, **_: Any) -> None:
     for database in settings.DATABASES.values():
         if (database.get("OPTIONS") or {}).pop("pool", None):
             database["CONN_MAX_AGE"] = 60
+
+
+@worker_process_shutdown.connect(dispatch_uid="config.celery.metrics_process_dead")
+def metrics_process_dead(pid: int | None = None, **_: Any) -> None:
+    """A prefork child that ends takes its live gauges (open sandbox sessions) out of the sums."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid or os.getpid())
 
 
 class BrokerLossConsumer(Consumer):

@@ -8,6 +8,7 @@ to start without SECRET_KEY and MOTOR_CREDENTIALS_KEY(_FILE).
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import environ
@@ -26,6 +27,19 @@ DEBUG: bool = env.bool("DEBUG", default=False)
 
 # --- data directory (SQLite file, workspaces, run artifacts) -------------------------------------
 MOTOR_DATA_DIR = Path(env.str("MOTOR_DATA_DIR", default=str(BASE_DIR / "data"))).resolve()
+
+# --- metrics (prometheus-client multiprocess mode; runs/metrics.py, cognition/ops/metrics.py) ----
+# Every process writes its samples to files under a directory of its host (process ids repeat
+# across containers that share the volume), set before anything imports prometheus_client.
+# GET /metrics adds up the files of every host under MOTOR_METRICS_DIR.
+MOTOR_METRICS_DIR = Path(
+    env.str("MOTOR_METRICS_DIR", default="") or str(MOTOR_DATA_DIR / "metrics")
+).resolve()
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(MOTOR_METRICS_DIR / socket.gethostname())
+os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+# Bearer token GET /metrics requires; empty: the endpoint answers 404 (metrics off)
+MOTOR_METRICS_TOKEN = env.str("MOTOR_METRICS_TOKEN", default="")
 
 SECRET_KEY = env.str("SECRET_KEY", default="")
 if not SECRET_KEY:
@@ -51,12 +65,16 @@ INSTALLED_APPS = [
     # Swagger UI and ReDoc as static files of the project, so /api/docs/ works without a CDN
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "django_prometheus",
     "skills",
     "runs",
     "cognition",
 ]
 
 MIDDLEWARE = [
+    # request counts and latencies by view and status (django-prometheus); first and last so
+    # they time everything in between
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # serves the admin's static files from the app image (gunicorn does not serve files)
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -69,6 +87,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"

@@ -1,0 +1,7 @@
+"""Fixtures of the operations tests: agents, the LLM stub and real worker processes."""
+
+from __future__ import annotations
+
+from tests.cognition.worker_support import start_worker, worker  # noqa: F401 - fixtures
+from tests.fixtures.llm import llm_stub_server  # noqa: F401 - fixtures
+from tests.runs.conftest import agent, make_agent  # noqa: F401 - fixtures
