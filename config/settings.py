@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
+
+from config.logging import configure_structlog
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -75,6 +78,8 @@ MIDDLEWARE = [
     # request counts and latencies by view and status (django-prometheus); first and last so
     # they time everything in between
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    # request id and run id on every log line of the request (X-Request-ID)
+    "cognition.ops.logcontext.RequestLogContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # serves the admin's static files from the app image (gunicorn does not serve files)
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -440,11 +445,30 @@ if MOTOR_ENERGY_REGEN_PER_HOUR < 0:
 
 # --- logging -------------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+# json: one JSON object per line (config/logging.py); console: readable lines (bin/dev sets it)
+LOG_FORMAT = env.str("LOG_FORMAT", default="json")
+if LOG_FORMAT not in ("json", "console"):
+    raise ImproperlyConfigured("LOG_FORMAT must be 'json' or 'console'.")
+configure_structlog()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "structured": {
+            "()": "config.logging.formatter",
+            "fmt": LOG_FORMAT,
+            # values that must never appear in a log line, whatever logs them
+            "secrets": [
+                SECRET_KEY,
+                *MOTOR_CREDENTIALS_KEY.split(","),
+                LLM_API_KEY,
+                MOTOR_METRICS_TOKEN,
+                *(str(part) for part in (DATABASES["default"].get("PASSWORD"),) if part),
+                *(urlparse(url).password or "" for url in (REDIS_URL, CELERY_BROKER_URL)),
+            ],
+        }
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

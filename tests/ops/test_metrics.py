@@ -82,6 +82,7 @@ def test_the_exposition_parses_and_exports_every_database_series(client: Client,
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("clean_run_queue")
 def test_counters_move_after_a_real_run(
     client: Client, metrics_on, agent, llm_stub_server, start_worker: Callable
 ) -> None:
