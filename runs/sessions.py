@@ -24,7 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from runs.metrics import SANDBOX_SESSIONS_OPEN, SANDBOX_STARTS
+from runs.metrics import EGRESS_DECISIONS, SANDBOX_SESSIONS_OPEN, SANDBOX_STARTS
 from runs.models import MotorRun
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ def run_session_get(
         network=NetworkPolicy(allowed_domains=allowed_domains),
         limits=replace(Limits(), idle_timeout_s=idle_timeout_s()),
         session_id=run_id,
+        on_connection=_count_egress,
     )
     opened = open_session(
         spec,
@@ -94,6 +95,11 @@ def run_session_get(
     SANDBOX_STARTS.labels(kind="cold").inc()
     SANDBOX_SESSIONS_OPEN.set(len(open_run_sessions()))
     return opened
+
+
+def _count_egress(report: Any) -> None:  # sandbox.types.ConnectionReport
+    """Each connection the run's egress proxy decided on, by verdict and reason."""
+    EGRESS_DECISIONS.labels(decision=report.verdict, reason=report.reason).inc()
 
 
 def run_session_peek(run_id: str) -> Any:

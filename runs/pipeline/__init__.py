@@ -15,6 +15,7 @@ from runs.lease import (
     lease_release,
 )
 from runs.ledger import ledger_add_intent
+from runs.logcontext import log_context_bind
 from runs.models import (
     Attempt,
     MotorRun,
@@ -78,6 +79,8 @@ def _perform_call(
         crash_point("before_step")
 
     iteration = attempt.iteration
+    # the call's log lines name it (iteration and step, as the run console counts them)
+    log_context_bind(iteration=iteration, step=call_index + 1, tool=name)
     if recorded is not None or (fresh and _runs_at_once(run, name, arguments)):
         # The common case, a granted call with nothing to decide before it runs: its intent
         # is one fenced write, or part of the reply's (the general path below does the rest).

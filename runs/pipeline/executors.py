@@ -25,6 +25,7 @@ from runs.lease import (
     lease_fence,
 )
 from runs.ledger import ledger_record_result
+from runs.metrics import tool_call_record
 from runs.models import (
     Attempt,
     MotorRun,
@@ -127,6 +128,12 @@ def _execute_and_record(
     # The sandbox already redacts what it was given; this also covers the file tools.
     result = redact(result, values)
     result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
+    tool_call_record(
+        tool=name,
+        duration_s=result["duration_ms"] / 1000,
+        ok=bool(result.get("ok")),
+        error_code=str(result.get("error_code") or ""),
+    )
     crash_point("after_execution")
 
     ends_slice = last and time.monotonic() >= slice_ends_at

@@ -127,4 +127,6 @@ def test_a_real_worker_logs_json_lines_bound_to_the_run(
     assert {(r["task"], r["agent"], r["attempt"]) for r in of_run} == {
         ("runs.run_step", agent.name, 1)
     }
+    # and the lines after the first reply name its iteration (the run's first LLM answer)
+    assert any(r.get("iteration") == 1 for r in of_run)
     assert SECRET not in worker_logs(tmp_path)

@@ -80,6 +80,42 @@ def test_the_exposition_parses_and_exports_every_database_series(client: Client,
     assert any(name.startswith("django_http_requests_total") for name, _ in again)
 
 
+@pytest.mark.django_db
+def test_egress_decisions_of_a_run_session_are_counted(client: Client, metrics_on) -> None:
+    from runs.sessions import run_session_close, run_session_get
+    from sandbox.types import ExecRequest
+
+    before = scrape(client)
+    # given a run's real sandbox session that may reach only allowed.test
+    session = run_session_get(
+        run_id="run_0e9f55a7c3d1", workspace=new_workspace(), allowed_domains=("allowed.test",)
+    )
+    try:
+        # when a program inside asks its proxy for a host outside the allowlist
+        program = (
+            "import urllib.request\n"
+            "try:\n    urllib.request.urlopen('http://denied.test/', timeout=10)\n"
+            "except Exception as exc:\n    print(type(exc).__name__)\n"
+        )
+        result = session.exec(ExecRequest(argv=["python3", "-c", program], timeout_s=30))
+        assert result.stdout == b"HTTPError\n", result.stderr
+    finally:
+        run_session_close("run_0e9f55a7c3d1")
+    # then the denial is counted with its reason
+    after = scrape(client)
+    denied = {
+        labels: v - before.get((name, labels), 0.0)
+        for (name, labels), v in after.items()
+        if name == "motor_egress_decisions_total" and ("decision", "denied") in labels
+    }
+    assert denied == {(("decision", "denied"), ("reason", "not_allowlisted")): 1.0}, denied
+    assert moved_by(before, after, "motor_sandbox_session_starts_total", kind="cold") == 1
+
+
+def moved_by(before: dict, after: dict, name: str, **labels: str) -> float:
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("clean_run_queue")
@@ -123,3 +159,6 @@ def test_counters_move_after_a_real_run(
     assert moved("motor_llm_tokens_total", model=model, kind="prompt") == 120
     assert moved("motor_llm_tokens_total", model=model, kind="completion") == 7
     assert moved("motor_sandbox_session_starts_total", kind="cold") >= 1
+    assert moved("motor_iterations_total") == 3
+    assert moved("motor_tool_call_seconds_count", tool="write") == 1
+    assert moved("motor_tool_call_failures_total", tool="write", error_code="unknown") == 0
