@@ -162,3 +162,22 @@ def test_counters_move_after_a_real_run(
     assert moved("motor_iterations_total") == 3
     assert moved("motor_tool_call_seconds_count", tool="write") == 1
     assert moved("motor_tool_call_failures_total", tool="write", error_code="unknown") == 0
+
+
+@pytest.mark.django_db
+def test_an_energy_refusal_is_counted(client: Client, metrics_on, agent) -> None:
+    from cognition.energy import energy_check
+    from cognition.errors import EnergyTooLow
+    from cognition.models import Agent
+
+    before = scrape(client)
+    # given an exhausted agent
+    Agent.objects.filter(pk=agent.pk).update(energy=0.0)
+    agent.refresh_from_db()
+    # when it asks for an agentic run twice and is refused both times
+    for _ in range(2):
+        with pytest.raises(EnergyTooLow):
+            energy_check(agent=agent, mode="agentic")
+    # then the refusals are counted by mode
+    after = scrape(client)
+    assert moved_by(before, after, "motor_energy_refusals_total", mode="agentic") == 2
