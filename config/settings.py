@@ -40,7 +40,13 @@ MOTOR_METRICS_DIR = Path(
 ).resolve()
 if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(MOTOR_METRICS_DIR / socket.gethostname())
-os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+try:
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+except OSError as _exc:
+    raise ImproperlyConfigured(
+        f"The metrics directory {os.environ['PROMETHEUS_MULTIPROC_DIR']} cannot be created "
+        f"({_exc.strerror}); set MOTOR_METRICS_DIR to a directory this process may write."
+    ) from None
 # Bearer token GET /metrics requires; empty: the endpoint answers 404 (metrics off)
 MOTOR_METRICS_TOKEN = env.str("MOTOR_METRICS_TOKEN", default="")
 

@@ -181,3 +181,31 @@ def test_an_energy_refusal_is_counted(client: Client, metrics_on, agent) -> None
     # then the refusals are counted by mode
     after = scrape(client)
     assert moved_by(before, after, "motor_energy_refusals_total", mode="agentic") == 2
+
+
+def test_a_metrics_dir_that_cannot_be_created_stops_startup_naming_the_setting(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    # given a file where the metrics directory should be
+    blocked = tmp_path / "metrics"
+    blocked.write_text("not a directory")
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    env.update(
+        DJANGO_SETTINGS_MODULE="config.settings", DEBUG="true", MOTOR_METRICS_DIR=str(blocked)
+    )
+    # when a process starts
+    out = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # then it stops with an error naming the directory and the setting
+    assert out.returncode == 1
+    assert f"The metrics directory {blocked}/" in out.stderr
+    assert "set MOTOR_METRICS_DIR to a directory this process may write." in out.stderr
