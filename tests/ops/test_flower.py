@@ -89,3 +89,13 @@ def test_flower_refuses_to_start_without_a_login(auth: str | None) -> None:
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 1
     assert "FLOWER_BASIC_AUTH must be set to user:password" in output
+
+
+def test_compose_serves_mcp_with_the_projects_command(compose: dict) -> None:
+    from django.core.management import get_commands
+
+    mcp = compose["services"]["mcp"]
+    assert mcp["command"][:3] == ["python", "manage.py", "serve_mcp"]
+    assert "serve_mcp" in get_commands()
+    assert mcp["image"] == compose["services"]["web"]["image"]
+    assert mcp["ports"] == ["8001:8001"]
