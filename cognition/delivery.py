@@ -41,6 +41,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from runs.metrics import WEBHOOK_SECONDS
 from runs.models import Signal, SignalPriority
 from sandbox.egress.addresses import forbidden_reason, system_resolver
 from skills.errors import CredentialsUnreadable
@@ -365,6 +366,8 @@ def _finish(
         )
     attempt.save()
     delivery.save()
+    if delivery.target == DeliveryTarget.WEBHOOK:
+        WEBHOOK_SECONDS.labels(outcome=attempt.outcome).observe(attempt.duration_ms / 1000)
     if attempt.outcome != AttemptOutcome.DELIVERED:
         logger.warning(
             "signal %s: %s delivery attempt %s %s: %s",

@@ -58,6 +58,8 @@ from runs.ledger import (
 )
 from runs.llm import LLMReply
 from runs.llm_request import _call_llm
+from runs.logcontext import log_context_bind
+from runs.metrics import ITERATIONS
 from runs.models import (
     ACTIVE_STATUSES,
     MAX_ITERATIONS_CEILING,
@@ -404,6 +406,8 @@ def _record_reply(
             # the reply and this intent are written together: there is no moment between them
             crash_point("before_step")
         ledger_record_reply(lease, attempt, stored, intent=intent)
+    ITERATIONS.inc()
+    log_context_bind(iteration=attempt.iteration)
     if reply.tool_calls:
         return None, intent
     return _finish_completed(lease, run, attempt, actor=actor), None

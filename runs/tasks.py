@@ -31,9 +31,13 @@ def run_step_task(self: Any, run_id: str, token: int | None = None, ahead: objec
 @shared_task(name="runs.run_reap", ignore_result=True)
 def run_reap_task() -> dict[str, list[str]]:
     """Periodic (celery-beat, every minute): wake stalled runs, time out unanswered questions."""
+    from runs.metrics import REAPER_ACTIONS
     from runs.services import run_reap
 
-    return dict(run_reap())
+    report = dict(run_reap())
+    REAPER_ACTIONS.labels(action="woken").inc(len(report.get("woken", ())))
+    REAPER_ACTIONS.labels(action="timed_out").inc(len(report.get("timed_out", ())))
+    return report
 
 
 @shared_task(name="runs.run_reemit_pending_questions", ignore_result=True)

@@ -29,6 +29,7 @@ from django.db import transaction
 from runs.crashpoints import crash_point
 from runs.lease import Lease, lease_fence
 from runs.ledger import ledger_add_intent
+from runs.logcontext import log_context_bind
 from runs.models import Attempt, MotorRun, Step, StepState
 from runs.pipeline.after import call_after
 from runs.pipeline.approvals import approval_for_action, approval_for_step, approval_use
@@ -96,6 +97,8 @@ def call_perform(
     request = ToolRequest.of(call)
     if recorded is None:
         crash_point("before_step")
+    # the call's log lines name it (iteration and step, as the run console counts them)
+    log_context_bind(iteration=attempt.iteration, step=call_index + 1, tool=request.name)
 
     if recorded is not None or (fresh and runs_at_once(run, request)):
         # The common case, a granted call with nothing to decide before it runs: its intent

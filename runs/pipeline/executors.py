@@ -36,6 +36,7 @@ from runs.credentials import (
 from runs.db import release_db_connection
 from runs.failures import execute_retrying_transient
 from runs.lease import Lease
+from runs.metrics import tool_call_record
 from runs.models import MotorRun, Step
 from runs.pipeline.approvals import approval_proposal
 from runs.sessions import CallWatch
@@ -206,6 +207,12 @@ def call_execute(
     # The sandbox already redacts what it was given; this covers every other executor too.
     result = redact(result, values)
     result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
+    tool_call_record(
+        tool=name,
+        duration_s=result["duration_ms"] / 1000,
+        ok=bool(result.get("ok")),
+        error_code=str(result.get("error_code") or ""),
+    )
     crash_point("after_execution")
     return result
 
