@@ -26,8 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from skills.bundle.skillmd import parse_skill_md
-from skills.bundle.types import SKILL_MD, BundleError
+from skills.bundle.types import SKILL_MD
 
 MANIFEST_PATH = "skill.toml"
 #: Most headings, keywords and example queries taken from one skill, and longest of each: a
@@ -36,6 +35,7 @@ MAX_TERMS = 50
 MAX_TERM_CHARS = 300
 MAX_DOCUMENT_CHARS = 20_000
 
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n.*?^---[ \t]*$\n?", re.MULTILINE | re.DOTALL)
 _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
@@ -96,6 +96,15 @@ def headings(body: str) -> list[str]:
     return [h[:MAX_TERM_CHARS] for h in _HEADING.findall(outside)][:MAX_TERMS]
 
 
+def skill_md_body(data: bytes) -> str:
+    """The markdown after SKILL.md's front matter. The stored version already holds the parsed
+    front matter, so the YAML is not read again (indexing 10,000 skills would spend most of its
+    time there); text without a closing fence has no body."""
+    text = data.decode("utf-8", errors="replace").lstrip("\ufeff").replace("\r\n", "\n")
+    match = _FRONT_MATTER.match(text)
+    return text[match.end() :] if match else ""
+
+
 def manifest_search_terms(files: Mapping[str, bytes]) -> tuple[list[str], list[str]]:
     """Hook: (keywords, example_queries) from the MCP skill manifest's `[search]` table.
 
@@ -133,13 +142,8 @@ def search_terms(
 ) -> SearchTerms:
     """Everything one version is indexed from. `files` maps paths to bytes and needs only
     SKILL.md and skill.toml (the other files are not read)."""
-    body = ""
     skill_md = files.get(SKILL_MD)
-    if skill_md is not None:
-        try:
-            body = parse_skill_md(skill_md).body
-        except BundleError:
-            body = ""
+    body = skill_md_body(skill_md) if skill_md is not None else ""
     metadata = frontmatter.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
     keywords = _strings(metadata.get("keywords"))

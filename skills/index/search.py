@@ -15,12 +15,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from django.conf import settings
+from django.db import connection
 
 from skills.errors import SkillError
 from skills.models import Policy
 
 from . import embeddings, lexical, vectors
-from .models import IndexGeneration, SkillIndexEntry
+from .models import IndexGeneration
 from .store import generations
 from .text import tokenize
 
@@ -144,6 +145,20 @@ def visible_skill_ids(*, agent: Any, include_shared: bool, generation: int) -> f
     return ids
 
 
+def _policy_statuses(*, agent_id: int, skill_ids: list[int]) -> dict[int, tuple[str, bool]]:
+    """{skill_id: (status, disabled)} of the agent's policies among `skill_ids` (raw SQL: this
+    runs on every search and the ORM's query compilation would be most of its cost)."""
+    table = Policy._meta.db_table
+    marks = ", ".join(["%s"] * len(skill_ids))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT skill_id, status, disabled_at IS NOT NULL FROM {table} "  # noqa: S608
+            f"WHERE agent_id = %s AND skill_id IN ({marks})",
+            [agent_id, *skill_ids],
+        )
+        return {int(sid): (str(st), bool(dis)) for sid, st, dis in cursor.fetchall()}
+
+
 def _fuse(
     lexical_hits: list[tuple[int, float]], dense_hits: list[tuple[int, float]]
 ) -> dict[int, float]:
@@ -188,7 +203,14 @@ def skill_search(
     )
     depth = max(MIN_CANDIDATES, 5 * k)
     index = lexical.lexical_index(generation=gens.get(IndexGeneration.DOCUMENTS, 0))
-    lexical_hits = index.candidates(tokenize(text), visible=visible, limit=depth)
+    visible_key = (
+        None
+        if agent is None
+        else (gens.get(IndexGeneration.VISIBILITY, 0), int(agent.pk), include_shared)
+    )
+    lexical_hits = index.candidates(
+        tokenize(text), visible=visible, limit=depth, visible_key=visible_key
+    )
 
     dense_hits: list[tuple[int, float]] = []
     dense_error = ""
@@ -221,32 +243,22 @@ def skill_search(
     order = sorted(scores, key=lambda sid: (-scores[sid], sid))[:k]
     lex = {sid: (rank, s) for rank, (sid, s) in enumerate(lexical_hits, start=1)}
     den = {sid: (rank, s) for rank, (sid, s) in enumerate(dense_hits, start=1)}
-    entries = {
-        e["skill_id"]: e
-        for e in SkillIndexEntry.objects.filter(skill_id__in=order).values(
-            "skill_id", "name", "description", "version__number"
-        )
-    }
     statuses: dict[int, tuple[str, bool]] = {}
-    if agent is not None:
-        statuses = {
-            sid: (st, disabled_at is not None)
-            for sid, st, disabled_at in Policy.objects.filter(
-                agent_id=agent.pk, skill_id__in=order
-            ).values_list("skill_id", "status", "disabled_at")
-        }
+    if agent is not None and order:
+        statuses = _policy_statuses(agent_id=int(agent.pk), skill_ids=order)
     hits = []
     for sid in order:
-        entry = entries.get(sid)
-        if entry is None:  # deleted since the index was read
+        facts = index.facts.get(sid)
+        if facts is None:  # embedded but not in this lexical generation (changed meanwhile)
             continue
+        name, description, version = facts
         status, disabled = statuses.get(sid, (NOT_YET_YOURS if agent is not None else None, False))
         hits.append(
             SkillHit(
                 skill_id=sid,
-                name=entry["name"],
-                description=entry["description"],
-                version=entry["version__number"],
+                name=name,
+                description=description,
+                version=version,
                 score=scores[sid],
                 lexical_rank=lex[sid][0] if sid in lex else None,
                 lexical_score=lex[sid][1] if sid in lex else None,

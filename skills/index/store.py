@@ -20,7 +20,7 @@ import logging
 import secrets
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from skills.models import Policy, Skill, SkillFile, SkillVersion
@@ -42,18 +42,27 @@ def generation_bump(*keys: str) -> None:
 
 
 def generations() -> dict[str, int]:
-    """The current stamps (one query)."""
-    return dict(SkillIndexState.objects.values_list("key", "stamp"))
+    """The current stamps (one raw query: every search reads them)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT key, stamp FROM {SkillIndexState._meta.db_table}")  # noqa: S608
+        return {str(k): int(v) for k, v in cursor.fetchall()}
 
 
-def entry_build(*, skill: Skill, version: SkillVersion) -> SkillIndexEntry:
-    """An unsaved entry for `version` of `skill`."""
-    files = {
-        path: bytes(data)
-        for path, data in SkillFile.objects.filter(
-            version=version, path__in=INDEXED_FILES
-        ).values_list("path", "data")
-    }
+def _indexed_files(version_ids: list[int]) -> dict[int, dict[str, bytes]]:
+    files: dict[int, dict[str, bytes]] = {v: {} for v in version_ids}
+    rows = SkillFile.objects.filter(version_id__in=version_ids, path__in=INDEXED_FILES)
+    for version_id, path, data in rows.values_list("version_id", "path", "data"):
+        files[version_id][path] = bytes(data)
+    return files
+
+
+def entry_build(
+    *, skill: Skill, version: SkillVersion, files: dict[str, bytes] | None = None
+) -> SkillIndexEntry:
+    """An unsaved entry for `version` of `skill` (`files`: its indexed files, when the caller
+    fetched them already)."""
+    if files is None:
+        files = _indexed_files([version.pk])[version.pk]
     terms = search_terms(
         name=skill.name,
         description=version.description,
@@ -114,17 +123,16 @@ def index_rebuild(*, batch_size: int = 500) -> int:
     count = 0
     with transaction.atomic():
         SkillIndexEntry.objects.all().delete()
-        skills = Skill.objects.exclude(current_version=None).select_related("current_version")
-        pending: list[SkillIndexEntry] = []
-        for skill in skills.iterator(chunk_size=batch_size):
-            assert skill.current_version is not None
-            pending.append(entry_build(skill=skill, version=skill.current_version))
-            if len(pending) >= batch_size:
-                SkillIndexEntry.objects.bulk_create(pending)
-                count += len(pending)
-                pending = []
-        SkillIndexEntry.objects.bulk_create(pending)
-        count += len(pending)
+        skills = list(Skill.objects.exclude(current_version=None).select_related("current_version"))
+        for start in range(0, len(skills), batch_size):
+            chunk = skills[start : start + batch_size]
+            files = _indexed_files([s.current_version_id for s in chunk])  # type: ignore[misc]
+            entries = [
+                entry_build(skill=s, version=s.current_version, files=files[s.current_version_id])  # type: ignore[arg-type, index]
+                for s in chunk
+            ]
+            SkillIndexEntry.objects.bulk_create(entries)
+            count += len(entries)
         generation_bump(IndexGeneration.DOCUMENTS, IndexGeneration.VISIBILITY)
     return count
 
