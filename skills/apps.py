@@ -9,6 +9,8 @@ class SkillsConfig(AppConfig):
 
     def ready(self) -> None:
         # The skill index follows installs, rollbacks and deletions through model signals.
+        from skills import admin_index
         from skills.index import store
 
         store.connect()
+        admin_index.register()

@@ -39,7 +39,9 @@ class SkillIndexEntry(models.Model):
 
     class Meta:
         ordering = ["name"]
-        verbose_name_plural = "skill index entries"
+        # the admin lists this model as its search page (skills.admin_index)
+        verbose_name = "skill search"
+        verbose_name_plural = "skill search"
 
     def __str__(self) -> str:
         return f"{self.name} (index)"

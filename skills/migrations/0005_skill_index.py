@@ -99,7 +99,8 @@ class Migration(migrations.Migration):
                 ('version', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='skills.skillversion')),
             ],
             options={
-                'verbose_name_plural': 'skill index entries',
+                'verbose_name': 'skill search',
+                'verbose_name_plural': 'skill search',
                 'ordering': ['name'],
             },
         ),
