@@ -395,14 +395,46 @@ PHRASES = (
 )
 
 
+SIBLING_ACTIONS = ("audit", "schedule", "backup")
+
+
+def siblings() -> list[SkillSpec]:
+    """Three near misses per target: skills about the target's main keyword that do something
+    else with it ("ssl-audit", "currency-schedule"), so a query must be matched on what it asks
+    for, not only on its topic."""
+    out = []
+    seen = {t.name for t in TARGETS}
+    for t in TARGETS:
+        topic = t.keywords[0] if t.keywords else t.name.split("-")[0]
+        slug = "-".join(topic.lower().replace("/", " ").split())
+        for action in SIBLING_ACTIONS:
+            name = f"{slug}-{action}"
+            if name in seen:
+                continue
+            seen.add(name)
+            out.append(
+                SkillSpec(
+                    name=name,
+                    description=f"{action.capitalize()} {topic} settings and history for a team.",
+                    headings=[f"{action.capitalize()} {topic}"],
+                    keywords=[topic, action],
+                    example_queries=[f"{action} our {topic}"],
+                )
+            )
+    return out
+
+
 def distractors(n: int, *, seed: int = 7) -> list[SkillSpec]:
-    """`n` generated skills "<service>-<action>-<object>" with templated text."""
+    """`n` skills that are not answers: the targets' near misses (`siblings`), then generated
+    "<service>-<action>-<object>" skills with templated text."""
+    near = siblings()[:n]
+    n -= len(near)
     rng = random.Random(seed)
     combos = [(s, a, o) for s in SERVICES for a in ACTIONS for o in OBJECTS]
     rng.shuffle(combos)
     if n > len(combos):
         raise ValueError(f"at most {len(combos)} distractors")
-    out = []
+    out = list(near)
     for s, a, o in combos[:n]:
         phrase = rng.choice(PHRASES).format(s=s.capitalize())
         out.append(
