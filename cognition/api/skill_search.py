@@ -4,7 +4,6 @@ scores (skills.index). The path is also where a skill named "search" lives: a re
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -12,21 +11,23 @@ from rest_framework.response import Response
 
 from skills.index.search import MAX_K, SkillSearchQueryInvalid, skill_search
 
-from .views import AGENT_PARAM, SkillDetailView, _errors
+from .views import AGENT_PARAM, TRIGGER_PARAM, SkillDetailView, _errors
 
 SEARCH_NAME = "search"
 
 
 class SkillHitSerializer(serializers.Serializer):
     name = serializers.CharField()
-    description = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
     version = serializers.IntegerField()
     score = serializers.FloatField(help_text="Fused RRF score (hybrid) or BM25 score (lexical).")
     lexical_score = serializers.FloatField(allow_null=True)
     lexical_rank = serializers.IntegerField(allow_null=True)
     dense_score = serializers.FloatField(allow_null=True, help_text="Cosine similarity.")
     dense_rank = serializers.IntegerField(allow_null=True)
-    status = serializers.CharField(help_text="The agent's policy status, or not_yet_yours.")
+    status = serializers.CharField(
+        allow_null=True, help_text="The agent's policy status, or not_yet_yours."
+    )
     disabled = serializers.BooleanField()
 
 
@@ -37,7 +38,7 @@ class SkillSearchSerializer(serializers.Serializer):
     mode = serializers.ChoiceField(choices=["lexical", "hybrid"])
     k = serializers.IntegerField()
     took_ms = serializers.FloatField()
-    dense_error = serializers.CharField()
+    dense_error = serializers.CharField(allow_blank=True)
     hits = SkillHitSerializer(many=True)
 
 
@@ -67,7 +68,18 @@ class SkillSearchView(SkillDetailView):
         ),
         parameters=[
             AGENT_PARAM,
-            OpenApiParameter("q", OpenApiTypes.STR, required=True, description="The request."),
+            OpenApiParameter(
+                "q",
+                # at least one character that is neither a space nor a control character
+                {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 2000,
+                    "pattern": r"[^\s\x00-\x1f\x7f]",
+                },
+                required=True,
+                description="The request (up to MOTOR_SKILL_SEARCH_QUERY_MAX_CHARS characters).",
+            ),
             OpenApiParameter(
                 "k",
                 {"type": "integer", "minimum": 1, "maximum": MAX_K},
@@ -88,6 +100,12 @@ class SkillSearchView(SkillDetailView):
         )
         return Response({"agent": agent.name, **result.as_dict()})
 
-    @extend_schema(exclude=True)  # documented under /skills/{name}/
+    @extend_schema(
+        operation_id="skills_delete_named_search",
+        summary="Delete the skill named 'search' (consent-gated; as DELETE /skills/{name}/)",
+        parameters=[AGENT_PARAM, TRIGGER_PARAM],
+        request=None,
+        responses={204: None, **_errors(401, 403, 404, 409)},
+    )
     def delete(self, request: Request, name: str = SEARCH_NAME) -> Response:
         return super().delete(request, name)
