@@ -203,6 +203,7 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
 
+    vendor = connection.vendor
     try:
         call_command("migrate", verbosity=0)
         results = []
@@ -216,13 +217,14 @@ def main() -> None:
         if args.postgres:
             import psycopg
 
+            # FORCE: the connection pool may still hold sessions of this process
             with psycopg.connect(args.postgres, autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{pg_name}"')
+                conn.execute(f'DROP DATABASE IF EXISTS "{pg_name}" WITH (FORCE)')
         else:
             shutil.rmtree(pg_name, ignore_errors=True)
 
     print(
-        f"database: {connection.vendor}; lexical only; {args.rounds} passes over 50 queries; "
+        f"database: {vendor}; lexical only; {args.rounds} passes over 50 queries; "
         "40 targets, 120 near misses, the rest generated"
     )
     print()
