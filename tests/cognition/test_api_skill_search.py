@@ -8,7 +8,8 @@ import pytest
 from cognition.models import Agent
 from cognition.services import agent_issue_token
 from skills.models import Skill
-from skills.services import Actor, policy_create
+from skills.policy_edits import policy_create
+from skills.services import Actor
 
 from .conftest import World, bearer, skill_md, state_snapshot
 

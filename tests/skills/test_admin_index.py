@@ -10,7 +10,8 @@ from django.contrib.auth.models import Permission
 
 from cognition.models import Agent
 from skills.bundle import bundle_from_files
-from skills.services import Actor, skill_install_bundle
+from skills.install import skill_install_bundle
+from skills.services import Actor
 
 pytestmark = pytest.mark.django_db
 

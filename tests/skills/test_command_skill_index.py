@@ -9,7 +9,8 @@ from django.core.management import CommandError, call_command
 
 from skills.bundle import bundle_from_files
 from skills.index.models import SkillEmbedding, SkillIndexEntry
-from skills.services import Actor, skill_install_bundle
+from skills.install import skill_install_bundle
+from skills.services import Actor
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,8 @@ from skills.bundle import bundle_from_files
 from skills.index.embeddings import embeddings_refresh
 from skills.index.models import SkillEmbedding, SkillIndexEntry
 from skills.index.search import RRF_K, skill_search
-from skills.services import Actor, skill_install_bundle
+from skills.install import skill_install_bundle
+from skills.services import Actor
 from tests.fixtures.embeddings import vector
 
 pytestmark = pytest.mark.django_db

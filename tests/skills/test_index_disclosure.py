@@ -16,7 +16,9 @@ from skills.index.disclosure import (
     skill_describe,
 )
 from skills.index.search import SkillHit, skill_search
-from skills.services import Actor, policy_create, skill_install_bundle
+from skills.install import skill_install_bundle
+from skills.policy_edits import policy_create
+from skills.services import Actor
 
 pytestmark = pytest.mark.django_db
 ACTOR = Actor.system("test")

@@ -11,14 +11,11 @@ from skills.bundle import bundle_from_files
 from skills.index.documents import manifest_search_terms, mcp_tool_terms, search_terms
 from skills.index.models import SkillIndexEntry
 from skills.index.search import SkillSearchQueryInvalid, skill_search
+from skills.install import skill_delete, skill_install_bundle
 from skills.models import Skill
-from skills.services import (
-    Actor,
-    policy_create,
-    policy_rollback,
-    skill_delete,
-    skill_install_bundle,
-)
+from skills.policy_edits import policy_create
+from skills.reviewing import policy_rollback
+from skills.services import Actor
 
 pytestmark = pytest.mark.django_db
 

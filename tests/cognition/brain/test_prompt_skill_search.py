@@ -17,7 +17,8 @@ from cognition.principals import Principal
 from runs.errors import InvalidRunParams
 from skills.bundle import bundle_from_files
 from skills.errors import SkillNotFound
-from skills.services import Actor, skill_install_bundle
+from skills.install import skill_install_bundle
+from skills.services import Actor
 
 pytestmark = pytest.mark.django_db
 
