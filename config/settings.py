@@ -281,6 +281,20 @@ LLM_MOTOR_MODEL = env.str("LLM_MOTOR_MODEL", default="")
 LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0)
 LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
 
+# --- the skill index (skills.index; docs/skills.md "Finding skills") -----------------------------
+# candidates a search returns (the brain's <available_skills>, the motor's tool list)
+MOTOR_SKILL_SEARCH_TOP_K = env.int("MOTOR_SKILL_SEARCH_TOP_K", default=10)
+# longest query in characters: the API refuses a longer one (400), callers in code truncate to it
+MOTOR_SKILL_SEARCH_QUERY_MAX_CHARS = env.int("MOTOR_SKILL_SEARCH_QUERY_MAX_CHARS", default=2000)
+# Dense retrieval is on when a model is named; the endpoint and key default to the LLM's.
+EMBEDDINGS_MODEL = env.str("EMBEDDINGS_MODEL", default="")
+EMBEDDINGS_BASE_URL = env.str("EMBEDDINGS_BASE_URL", default="") or LLM_BASE_URL
+EMBEDDINGS_API_KEY = env.str("EMBEDDINGS_API_KEY", default="") or LLM_API_KEY
+# seconds one embeddings request may take (a search falls back to lexical past it)
+EMBEDDINGS_TIMEOUT_SECONDS = env.float("EMBEDDINGS_TIMEOUT_SECONDS", default=10.0)
+# texts sent in one embeddings request when indexing
+EMBEDDINGS_BATCH_SIZE = env.int("EMBEDDINGS_BATCH_SIZE", default=64)
+
 # --- the built-in brain (cognition.brain) ----------------------------------------------------------
 # seconds one conversational turn may take, LLM calls and tool calls together
 COGNITION_TURN_BUDGET_SECONDS = env.float("COGNITION_TURN_BUDGET_SECONDS", default=120.0)

@@ -347,3 +347,7 @@ class PolicyAuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.skill_name} {self.action} by {self.actor_label}"
+
+
+# The skill index's tables (skills.index); imported here so the app registers them.
+from skills.index.models import SkillEmbedding, SkillIndexEntry, SkillIndexState  # noqa: E402, F401
