@@ -28,7 +28,7 @@ from runs.models import (
     MotorRun,
     RunStatus,
 )
-from runs.records import SliceOutcome, _event, _signal
+from runs.records import SliceOutcome, event_record, motor_result_emit
 from runs.tools import SAVE_CREDENTIAL
 from skills.crypto import decrypt_json, encrypt_json
 
@@ -111,13 +111,13 @@ def scrub_unparsable_save_call(arguments_json: str) -> str:
     return json.dumps(arguments)
 
 
-def _resolve_credentials(run: MotorRun) -> dict[str, str]:
+def run_credentials_read(run: MotorRun) -> dict[str, str]:
     """Values of the run's credential names, from the resolver named in settings.
 
     The runtime knows no vault: the brain side registers a callable
     ``resolver(*, agent_id: int, run_id: str, names: list[str]) -> dict[str, str]`` as
     MOTOR_CREDENTIAL_RESOLVER (a dotted path). A name it has no value for is left out (the run
-    then waits for it, see `_missing_credentials`). Values live only in this process's memory
+    then waits for it, see `run_credentials_missing`). Values live only in this process's memory
     for the one call; they are never stored, logged or sent to the model.
 
     Raises CredentialResolverFailed (naming the resolver and the error type, never a value)
@@ -149,7 +149,7 @@ def _resolve_credentials(run: MotorRun) -> dict[str, str]:
     return values
 
 
-def _resolved_once(
+def run_credentials_once(
     resolve: Callable[[MotorRun], dict[str, str]],
 ) -> Callable[[MotorRun], dict[str, str]]:
     """`resolve`, asked at most once per run (a failure is not remembered)."""
@@ -163,11 +163,11 @@ def _resolved_once(
     return resolved
 
 
-def _missing_credentials(
+def run_credentials_missing(
     run: MotorRun, credentials: Callable[[MotorRun], dict[str, str]] | None = None
 ) -> list[str]:
     """The run's credential names that have no value (nobody has set them)."""
-    values = (credentials or _resolve_credentials)(run)
+    values = (credentials or run_credentials_read)(run)
     return [name for name in run.credential_names if not values.get(name)]
 
 
@@ -183,7 +183,7 @@ def _credentials_question(missing: Sequence[str]) -> str:
     )
 
 
-def _pause_for_credentials(
+def pause_for_credentials(
     run: MotorRun, attempt: Attempt, lease: Lease, missing: list[str], *, actor: str
 ) -> SliceOutcome:
     """Pause the run in awaiting_input, asking for `missing` to be set. Caller holds locks."""
@@ -195,8 +195,8 @@ def _pause_for_credentials(
     run.missing_credentials = list(missing)
     run.save(update_fields=["status", "missing_credentials", "updated_at"])
     lease_release(lease, slice_done=True)
-    _event(run, from_status=previous, actor=actor, missing_credentials=list(missing))
-    _signal(
+    event_record(run, from_status=previous, actor=actor, missing_credentials=list(missing))
+    motor_result_emit(
         run,
         {
             "run_id": run.id,

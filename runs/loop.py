@@ -21,12 +21,12 @@ from django.db import transaction
 
 from runs.crashpoints import crash_point
 from runs.credentials import (
-    _missing_credentials,
-    _pause_for_credentials,
-    _resolve_credentials,
-    _resolved_once,
+    pause_for_credentials,
     redact,
     reply_take_saved,
+    run_credentials_missing,
+    run_credentials_once,
+    run_credentials_read,
     saved_values,
     store_saved,
 )
@@ -38,12 +38,12 @@ from runs.errors import (
     LLMUnavailable,
 )
 from runs.finishing import (
-    _end_slice,
-    _fail_budget,
-    _fail_locked,
-    _fail_timeout,
-    _final_reply,
-    _finish_completed,
+    reply_final,
+    run_fail_budget,
+    run_fail_fenced,
+    run_fail_timeout,
+    run_finish_completed,
+    slice_end,
 )
 from runs.lease import (
     Lease,
@@ -143,7 +143,7 @@ def run_step(
     try:
         # one resolution per slice: the missing-credential check, the reply's redaction and each
         # tool call all need the same values
-        resolve = _resolved_once(credentials or _resolve_credentials)
+        resolve = run_credentials_once(credentials or run_credentials_read)
         outcome = _run_slice(lease, run, attempt, owner=owner, client=client, credentials=resolve)
         return outcome
     except DATABASE_UNAVAILABLE as exc:
@@ -211,7 +211,7 @@ def _run_slice(
         # The claim counted this slice; the count before it is how many slices never ended.
         unfinished = run.redelivery_count - 1
         if unfinished >= limit:
-            return _fail_locked(
+            return run_fail_fenced(
                 lease,
                 run,
                 attempt,
@@ -223,13 +223,13 @@ def _run_slice(
         # time paused for a human (waited_s) is not part of the run's budget
         deadline = (run.started_at or run.created_at).timestamp() + run.timeout_s + run.waited_s
         if time.time() > deadline:
-            return _fail_timeout(lease, run, attempt, actor=actor)
+            return run_fail_timeout(lease, run, attempt, actor=actor)
         if run.credential_names:
-            missing = _missing_credentials(run, credentials)
+            missing = run_credentials_missing(run, credentials)
             if missing:
                 with transaction.atomic():
                     lease_fence(lease)
-                    return _pause_for_credentials(run, attempt, lease, missing, actor=actor)
+                    return pause_for_credentials(run, attempt, lease, missing, actor=actor)
 
         slot = SandboxSlot(
             run_id=run.id, workspace=run.workspace, allowed_domains=run.allowed_domains
@@ -252,16 +252,16 @@ def _run_slice(
             if outcome is not None:
                 return outcome
             if time.time() > deadline:
-                return _fail_timeout(lease, run, attempt, actor=actor)
+                return run_fail_timeout(lease, run, attempt, actor=actor)
         with transaction.atomic():
-            _end_slice(lease)
+            slice_end(lease)
         return SliceOutcome.CONTINUED
     except LeaseLost:
         logger.info("run %s: lease lost by %s; stopping this slice", run_id, owner)
         return SliceOutcome.LEASE_LOST
     except CredentialResolverFailed as exc:
         try:
-            return _fail_locked(
+            return run_fail_fenced(
                 lease,
                 run,
                 attempt,
@@ -310,12 +310,12 @@ def _run_iteration(
     model, reasoning = "", ""
     fresh = False
     recorded: Step | None = None  # the first call's intent, written with the reply
-    if _final_reply(attempt) is not None:
+    if reply_final(attempt) is not None:
         # The model already answered; a crash hit the finishing steps. Finish again.
-        return _finish_completed(lease, run, attempt, actor=actor)
+        return run_finish_completed(lease, run, attempt, actor=actor)
     if not pending:
         if attempt.iteration >= attempt.max_iterations:
-            return _fail_budget(lease, run, attempt, actor=actor)
+            return run_fail_budget(lease, run, attempt, actor=actor)
         # A run granted sandbox tools gets its session while the model thinks: the first call
         # then finds it open instead of waiting for the sandbox to start. It starts once the
         # request is out: starting a sandbox forks this process, which would otherwise hold up
@@ -323,7 +323,7 @@ def _run_iteration(
         release_db_connection()
         reply = _call_llm(run, attempt, client, on_sent=slot.prewarm if run.tools else None)
         if isinstance(reply, LLMUnavailable):
-            return _fail_locked(
+            return run_fail_fenced(
                 lease,
                 run,
                 attempt,
@@ -363,7 +363,7 @@ def _run_iteration(
             return outcome
     if time.monotonic() >= slice_ends_at:
         with transaction.atomic():
-            _end_slice(lease)
+            slice_end(lease)
         return SliceOutcome.CONTINUED
     return None
 
@@ -387,7 +387,7 @@ def _record_reply(
     placeholder, and every value the run knows is replaced wherever the model repeated it.
     """
     message = reply.as_message()
-    known = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
+    known = {**(credentials or run_credentials_read)(run), **saved_values(run)}
     intercepted = reply_take_saved(run, message, known)
     if intercepted:
         with transaction.atomic():
@@ -410,4 +410,4 @@ def _record_reply(
     log_context_bind(iteration=attempt.iteration)
     if reply.tool_calls:
         return None, intent
-    return _finish_completed(lease, run, attempt, actor=actor), None
+    return run_finish_completed(lease, run, attempt, actor=actor), None

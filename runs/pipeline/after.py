@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from runs.failures import bailout_failure
-from runs.finishing import _finish_failed
+from runs.finishing import run_finish_failed
 from runs.models import (
     Attempt,
     MotorRun,
@@ -45,7 +45,7 @@ def call_after(
             category, message, retryable = bailout_failure(
                 tool=name, error_code=code, streak=BAILOUT_STREAK
             )
-            _finish_failed(
+            run_finish_failed(
                 run,
                 attempt,
                 category=category,

@@ -25,9 +25,9 @@ from typing import Any, ClassVar
 
 from runs.crashpoints import crash_point
 from runs.credentials import (
-    _resolve_credentials,
     placeholder,
     redact,
+    run_credentials_read,
     save_denial,
     save_offered,
     saved_values,
@@ -190,7 +190,7 @@ def call_execute(
     knows replaced by its placeholder, and its duration."""
     crash_point("after_intent")
     started = time.monotonic()
-    values = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
+    values = {**(credentials or run_credentials_read)(run), **saved_values(run)}
     release_db_connection()
     context = CallContext(
         run=run, step=step, name=name, arguments=arguments, slot=slot, credentials=values

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from runs.lease import Lease, lease_release
 from runs.models import ApprovalRequest, Attempt, MotorRun, RunStatus, Step
-from runs.records import SliceOutcome, _event, _signal
+from runs.records import SliceOutcome, event_record, motor_result_emit
 from runs.tools import action_hash
 
 
@@ -44,8 +44,8 @@ def pause_for_approval(
     run.await_approval()
     run.save(update_fields=["status", "updated_at"])
     lease_release(lease, slice_done=True)
-    _event(run, from_status=previous, actor=actor, approval=approval.pk)
-    _signal(
+    event_record(run, from_status=previous, actor=actor, approval=approval.pk)
+    motor_result_emit(
         run,
         {
             "run_id": run.id,
@@ -74,8 +74,8 @@ def pause_for_question(
     run.await_input()
     run.save(update_fields=["status", "updated_at"])
     lease_release(lease, slice_done=True)
-    _event(run, from_status=previous, actor=actor, question=question)
-    _signal(
+    event_record(run, from_status=previous, actor=actor, question=question)
+    motor_result_emit(
         run,
         {
             "run_id": run.id,

@@ -15,12 +15,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.crashpoints import crash_point
-from runs.finishing import _end_slice
+from runs.finishing import slice_end
 from runs.lease import Lease, lease_fence
 from runs.ledger import ledger_record_result
 from runs.models import Attempt, MotorRun, Step, StepState
 from runs.pipeline.after import call_after
-from runs.records import SliceOutcome, _enqueue_step
+from runs.records import SliceOutcome, run_wake
 from runs.tools import tool_message_content
 
 
@@ -53,7 +53,7 @@ def call_record(
         if ends_slice:
             outcome = SliceOutcome.CONTINUED
             run_id, token = lease.run_id, lease.token
-            transaction.on_commit(lambda: _enqueue_step(run_id, token))
+            transaction.on_commit(lambda: run_wake(run_id, token))
     else:
         with transaction.atomic():
             # A recorded result is progress: the slices counted as unfinished start again at 0.
@@ -61,7 +61,7 @@ def call_record(
             step_complete(run, attempt, step, result)
             outcome = call_after(run, attempt, name, result, actor=actor)
             if outcome is None and ends_slice:
-                _end_slice(lease)
+                slice_end(lease)
                 outcome = SliceOutcome.CONTINUED
     crash_point("after_commit")
     return outcome
