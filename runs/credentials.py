@@ -15,12 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils.module_loading import import_string
 
 from runs.db_outage import DATABASE_UNAVAILABLE
 from runs.errors import CredentialResolverFailed
 from runs.lease import (
     Lease,
+    lease_fence,
     lease_release,
 )
 from runs.models import (
@@ -266,3 +268,51 @@ def reply_take_saved(
         else:
             known.setdefault(name, value)
     return intercepted
+
+
+def credentials_gate(
+    lease: Lease,
+    run: MotorRun,
+    attempt: Attempt,
+    credentials: Callable[[MotorRun], dict[str, str]],
+    *,
+    actor: str,
+) -> SliceOutcome | None:
+    """Before a slice's first LLM request: pause the run in awaiting_input (and return PAUSED)
+    when a credential it names has no value; None when the slice may go on."""
+    if not run.credential_names:
+        return None
+    missing = run_credentials_missing(run, credentials)
+    if not missing:
+        return None
+    with transaction.atomic():
+        lease_fence(lease)
+        return pause_for_credentials(run, attempt, lease, missing, actor=actor)
+
+
+def reply_secure(
+    lease: Lease,
+    run: MotorRun,
+    attempt: Attempt,
+    message: dict[str, Any],
+    credentials: Callable[[MotorRun], dict[str, str]],
+) -> dict[str, Any] | None:
+    """The assistant `message` as it may be stored, with no credential value in it: every value
+    the run knows is replaced by its placeholder wherever the model wrote it.
+
+    A message carrying save_credential values is different: those values move into the run's
+    encrypted store and the redacted message is appended to the attempt, in one fenced
+    transaction, and None is returned — the message is written, the caller writes nothing."""
+    known = {**credentials(run), **saved_values(run)}
+    intercepted = reply_take_saved(run, message, known)
+    if not intercepted:
+        return redact(message, known)
+    with transaction.atomic():
+        lease_fence(lease)
+        store_saved(run, intercepted)
+        MotorRun.objects.filter(pk=run.pk).update(saved_credentials=run.saved_credentials)
+        known.update(intercepted)
+        attempt.iteration += 1
+        attempt.messages = [*attempt.messages, redact(message, known)]
+        attempt.save(update_fields=["iteration", "messages"])
+    return None

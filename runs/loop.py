@@ -21,14 +21,10 @@ from django.db import transaction
 
 from runs.crashpoints import crash_point
 from runs.credentials import (
-    pause_for_credentials,
-    redact,
-    reply_take_saved,
-    run_credentials_missing,
+    credentials_gate,
+    reply_secure,
     run_credentials_once,
     run_credentials_read,
-    saved_values,
-    store_saved,
 )
 from runs.db import release_db_connection
 from runs.db_outage import DATABASE_UNAVAILABLE, slice_after_database_loss
@@ -48,7 +44,6 @@ from runs.finishing import (
 from runs.lease import (
     Lease,
     default_owner,
-    lease_fence,
     lease_release,
 )
 from runs.ledger import (
@@ -224,12 +219,11 @@ def _run_slice(
         deadline = (run.started_at or run.created_at).timestamp() + run.timeout_s + run.waited_s
         if time.time() > deadline:
             return run_fail_timeout(lease, run, attempt, actor=actor)
-        if run.credential_names:
-            missing = run_credentials_missing(run, credentials)
-            if missing:
-                with transaction.atomic():
-                    lease_fence(lease)
-                    return pause_for_credentials(run, attempt, lease, missing, actor=actor)
+        paused = credentials_gate(
+            lease, run, attempt, credentials or run_credentials_read, actor=actor
+        )
+        if paused is not None:
+            return paused
 
         slot = SandboxSlot(
             run_id=run.id, workspace=run.workspace, allowed_domains=run.allowed_domains
@@ -382,25 +376,13 @@ def _record_reply(
     When its first call can run at once (`runs.pipeline.intent_ahead`), that call's intent is
     written with the message, and returned: the call may start.
 
-    Credential values never reach the stored message: the value of a save_credential call is
-    moved into the run's encrypted store (when its name is in scope) and replaced by its
-    placeholder, and every value the run knows is replaced wherever the model repeated it.
+    Credential values never reach the stored message (`runs.credentials.reply_secure`).
     """
-    message = reply.as_message()
-    known = {**(credentials or run_credentials_read)(run), **saved_values(run)}
-    intercepted = reply_take_saved(run, message, known)
-    if intercepted:
-        with transaction.atomic():
-            lease_fence(lease)
-            store_saved(run, intercepted)
-            MotorRun.objects.filter(pk=run.pk).update(saved_credentials=run.saved_credentials)
-            known.update(intercepted)
-            attempt.iteration += 1
-            attempt.messages = [*attempt.messages, redact(message, known)]
-            attempt.save(update_fields=["iteration", "messages"])
-        intent = None
-    else:
-        stored = redact(message, known)
+    stored = reply_secure(
+        lease, run, attempt, reply.as_message(), credentials or run_credentials_read
+    )
+    intent = None
+    if stored is not None:
         intent = intent_ahead(lease, run, attempt, stored, model=reply.model)
         if intent is not None:
             # the reply and this intent are written together: there is no moment between them
