@@ -36,6 +36,9 @@ from runs.wakeups import wakeup_remember
 #: one statement of a write: SQL with %s placeholders, its parameters, and whether it returns rows
 Statement = tuple[str, Sequence[Any], bool]
 
+# The functions building SQL text are cached; their `postgresql` argument is the cache's key,
+# since the text follows the dialect of the default database (the `_now` … `_typed` below).
+
 
 def _connection() -> Any:
     return connections[DEFAULT_DB_ALIAS]
@@ -193,8 +196,9 @@ def _held_sql(postgresql: bool) -> str:
     )
 
 
-def _held(lease: Lease) -> tuple[str, list[Any]]:
-    return _held_sql(_postgresql()), [lease.run_id, lease.token]
+def _held(lease: Lease) -> list[Any]:
+    """The parameters of `_held_sql` for `lease`."""
+    return [lease.run_id, lease.token]
 
 
 def _fenced(
@@ -213,7 +217,7 @@ def _fenced(
 
 @cache
 def _reply_sql(postgresql: bool) -> str:
-    held, _ = _held_sql(postgresql), None
+    held = _held_sql(postgresql)
     return (
         f"UPDATE {_quote(Attempt._meta.db_table)} SET {_quote('messages')} = "  # noqa: S608 - quoted model names; values are parameters
         f"{_append(_quote('messages'))}, {_quote('iteration')} = %s "
@@ -231,7 +235,7 @@ def ledger_record_reply(
     `attempt` (and `intent`'s primary key) are updated in memory once the write succeeded.
     """
     iteration = attempt.iteration + 1
-    _, held = _held(lease)
+    held = _held(lease)
     statements: list[Statement] = [
         (_reply_sql(_postgresql()), [json.dumps(message), iteration, attempt.pk, *held], False)
     ]
@@ -266,7 +270,7 @@ def _insert_step(lease: Lease, step: Step) -> Statement:
     values = [
         field.get_db_prep_save(field.pre_save(step, True), connection) for field in _step_columns()
     ]
-    _, held = _held(lease)
+    held = _held(lease)
     return _insert_step_sql(_postgresql()), [*values, *held], True
 
 
@@ -319,7 +323,7 @@ def ledger_record_result(
     completed_at = timezone.now()
     duration_ms = int(result.get("duration_ms") or 0)
     step_sql, attempt_sql = _result_sql(_postgresql())
-    _, held = _held(lease)
+    held = _held(lease)
     step_params = [
         StepState.DONE.value,
         _prep(Step, "result", result),
