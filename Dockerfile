@@ -16,7 +16,8 @@ WORKDIR /app
 COPY pyproject.toml uv.lock ./
 RUN uv sync --frozen --no-dev --no-install-project
 COPY . .
-RUN DEBUG=true python manage.py collectstatic --noinput
+# (metric samples of this build step go to /tmp, not into the image's /data)
+RUN DEBUG=true MOTOR_METRICS_DIR=/tmp/build-metrics python manage.py collectstatic --noinput
 
 USER motor
 EXPOSE 8000

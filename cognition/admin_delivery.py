@@ -25,13 +25,13 @@ import runs.admin as runs_admin
 from runs.models import Signal
 from skills.admin_json import PrettyJSONMixin
 
-from .delivery import (
+from .models import Agent, DeliveryAttempt, DeliveryState, SignalDelivery
+from .webhooks import (
     IssuedWebhookSecret,
     WebhookInvalid,
     agent_rotate_webhook_secret,
     agent_set_webhook,
 )
-from .models import Agent, DeliveryAttempt, DeliveryState, SignalDelivery
 
 SECRET_PAGE = "admin/cognition/agent/webhook_secret.html"  # noqa: S105 - a template path
 WEBHOOK_PAGE = "admin/cognition/agent/webhook.html"

@@ -18,17 +18,18 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from cognition.models import Agent, Schedule, ScheduleOccurrence
-from cognition.schedules import (
-    ScheduleInvalid,
+from cognition.schedule_selectors import (
     last_occurrence_subquery,
+    schedule_last_occurrence,
+    schedule_next_fire,
+)
+from cognition.schedule_validation import ScheduleInvalid, schedule_validate
+from cognition.schedules import (
     schedule_create,
     schedule_delete,
     schedule_disable,
     schedule_enable,
-    schedule_last_occurrence,
-    schedule_next_fire,
     schedule_update,
-    schedule_validate,
 )
 
 # service field name -> form field name

@@ -1,6 +1,7 @@
 """core.skill: list, review, approve, reject, update, delete and import an agent's skills.
 
-Reads are open to the agent; every change passes the consent gate first.
+list, review and import need no consent; approve, reject, update and delete pass the consent
+gate first.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from skills import bundle as bundle_lib
 from skills.approval import approval_proposal, skill_approve
 from skills.errors import PolicyTransitionNotAllowed, SkillNotFound
 from skills.imports import skill_import_pasted
+from skills.index.disclosure import skill_describe
+from skills.index.search import skill_search
 from skills.install import skill_delete
 from skills.models import Policy, PolicyStatus
 from skills.policy_edits import policy_create, policy_update
@@ -25,7 +28,17 @@ from .models import Agent
 from .principals import Principal
 from .selectors import agents_visible_to
 
-SKILL_ACTIONS = ("list", "review", "approve", "reject", "update", "delete", "import")
+SKILL_ACTIONS = (
+    "list",
+    "search",
+    "describe",
+    "review",
+    "approve",
+    "reject",
+    "update",
+    "delete",
+    "import",
+)
 
 
 def skill_policy(*, agent: Agent, name: Any) -> Policy:
@@ -138,8 +151,10 @@ def core_skill(
     note: str = "",
     skill_md: str | None = None,
     fields: dict[str, Any] | None = None,
+    query: str | None = None,
 ) -> dict[str, Any]:
-    """core.skill: list, review, approve, reject, update, delete, import (mutations gated)."""
+    """core.skill: list, search (ranked by the skill index), describe (the whole SKILL.md),
+    review, approve, reject, update, delete, import (mutations gated)."""
     from .selectors import skills_for_agent
 
     if action not in SKILL_ACTIONS:
@@ -164,6 +179,15 @@ def core_skill(
                 for s in skills_for_agent(agent=agent, status=status).order_by("name")[:200]
             ]
         }
+    if action == "search":
+        if not isinstance(query, str):
+            raise InvalidRunParams("query: what the skill should do", field="query")
+        result = skill_search(query=query, agent=agent)
+        return {"mode": result.mode, "skills": [h.as_dict() for h in result.hits]}
+    if action == "describe":
+        if not isinstance(name, str) or not _SKILL_NAME.fullmatch(name):
+            raise InvalidRunParams("name: the skill to describe", field="name")
+        return skill_describe(name=name, agent=agent)
     if action == "import":
         if not isinstance(skill_md, str) or not skill_md.strip():
             raise InvalidRunParams("skill_md: the SKILL.md text is required", field="skill_md")

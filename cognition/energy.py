@@ -21,6 +21,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from runs.metrics import ENERGY_REFUSALS
+
 from .errors import EnergyTooLow
 from .models import Agent
 
@@ -140,6 +142,7 @@ def energy_check(*, agent: Agent, mode: Mode | str, tools: Iterable[str] = ()) -
     level = energy_level(agent=agent, now=now)
     if allows(level, mode=mode, tools=tools):
         return level
+    ENERGY_REFUSALS.labels(mode=mode.value).inc()
     needed = required_level(mode=mode, tools=tools)
     when = sufficient_at(level=level, mode=mode, tools=tools, now=now)
     rate = regen_per_hour()

@@ -13,7 +13,7 @@ def schedule_fire_task(schedule_id: int) -> int | None:
 
     Returns the id of the recorded occurrence (None when nothing fired).
     """
-    from cognition.schedules import schedule_fire
+    from cognition.schedule_firing import schedule_fire
 
     occurrence = schedule_fire(schedule_id=schedule_id)
     return occurrence.pk if occurrence is not None else None

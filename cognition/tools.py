@@ -138,12 +138,17 @@ _SCHEMAS: list[dict[str, Any]] = [
     ),
     _tool(
         "core_skill",
-        "Manage skills. list (status filter), review: the deterministic review facts, import: a "
-        "pasted SKILL.md (lands pending_review). approve, reject, update (policy fields) and "
-        "delete need the user's consent.",
+        "Manage skills. list (status filter), search: the skills that fit a request, ranked "
+        "(query), describe: a skill's whole SKILL.md (name), review: the deterministic review "
+        "facts, import: a pasted SKILL.md (lands pending_review). approve, reject, update "
+        "(policy fields) and delete need the user's consent.",
         {
             "action": {"type": "string", "enum": list(SKILL_ACTIONS)},
-            "name": {"type": "string", "description": "The skill (all actions but list, import)."},
+            "name": {
+                "type": "string",
+                "description": "The skill (all actions but list, search, import).",
+            },
+            "query": {"type": "string", "description": "search: what the skill should do."},
             "status": {"type": "string", "enum": list(PolicyStatus.values)},
             "note": {"type": "string", "description": "approve/reject: a note (reject: required)."},
             "skill_md": {"type": "string", "description": "import: the full SKILL.md text."},
@@ -271,7 +276,7 @@ def core_dispatch(
                 agent=agent,
                 action=args.get("action", ""),
                 trigger=trigger,
-                **_pick(args, "name", "status", "note", "skill_md", "fields"),
+                **_pick(args, "name", "status", "note", "skill_md", "fields", "query"),
             )
         else:
             result = core_credential(

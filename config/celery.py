@@ -6,7 +6,13 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import (
+    setup_logging,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_shutdown,
+)
 from celery.worker.consumer import Consumer
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -33,6 +39,36 @@ def prefork_database_connections(sender: Any = None, **_: Any) -> None:
     for database in settings.DATABASES.values():
         if (database.get("OPTIONS") or {}).pop("pool", None):
             database["CONN_MAX_AGE"] = 60
+
+
+@setup_logging.connect(dispatch_uid="config.celery.keep_django_logging")
+def keep_django_logging(**_: Any) -> None:
+    """Celery keeps the logging Django configured (settings.LOGGING: JSON lines with the task's
+    context) instead of installing its own format on the root logger."""
+
+
+@task_prerun.connect(dispatch_uid="config.celery.task_log_context")
+def task_log_context(
+    task_id: str = "", task: Any = None, args: Any = (), kwargs: Any = None, **_: Any
+) -> None:
+    from runs.logcontext import log_context_for_task
+
+    log_context_for_task(task, task_id, tuple(args or ()), dict(kwargs or {}))
+
+
+@task_postrun.connect(dispatch_uid="config.celery.task_log_context_clear")
+def task_log_context_clear(**_: Any) -> None:
+    from runs.logcontext import log_context_clear
+
+    log_context_clear()
+
+
+@worker_process_shutdown.connect(dispatch_uid="config.celery.metrics_process_dead")
+def metrics_process_dead(pid: int | None = None, **_: Any) -> None:
+    """A prefork child that ends takes its live gauges (open sandbox sessions) out of the sums."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid or os.getpid())
 
 
 class BrokerLossConsumer(Consumer):

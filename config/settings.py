@@ -8,10 +8,14 @@ to start without SECRET_KEY and MOTOR_CREDENTIALS_KEY(_FILE).
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
+
+from config.logging import configure_structlog
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -26,6 +30,25 @@ DEBUG: bool = env.bool("DEBUG", default=False)
 
 # --- data directory (SQLite file, workspaces, run artifacts) -------------------------------------
 MOTOR_DATA_DIR = Path(env.str("MOTOR_DATA_DIR", default=str(BASE_DIR / "data"))).resolve()
+
+# --- metrics (prometheus-client multiprocess mode; runs/metrics.py, cognition/ops/metrics.py) ----
+# Every process writes its samples to files under a directory of its host (process ids repeat
+# across containers that share the volume), set before anything imports prometheus_client.
+# GET /metrics adds up the files of every host under MOTOR_METRICS_DIR.
+MOTOR_METRICS_DIR = Path(
+    env.str("MOTOR_METRICS_DIR", default="") or str(MOTOR_DATA_DIR / "metrics")
+).resolve()
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(MOTOR_METRICS_DIR / socket.gethostname())
+try:
+    os.makedirs(os.environ["PROMETHEUS_MULTIPROC_DIR"], exist_ok=True)
+except OSError as _exc:
+    raise ImproperlyConfigured(
+        f"The metrics directory {os.environ['PROMETHEUS_MULTIPROC_DIR']} cannot be created "
+        f"({_exc.strerror}); set MOTOR_METRICS_DIR to a directory this process may write."
+    ) from None
+# Bearer token GET /metrics requires; empty: the endpoint answers 404 (metrics off)
+MOTOR_METRICS_TOKEN = env.str("MOTOR_METRICS_TOKEN", default="")
 
 SECRET_KEY = env.str("SECRET_KEY", default="")
 if not SECRET_KEY:
@@ -51,12 +74,18 @@ INSTALLED_APPS = [
     # Swagger UI and ReDoc as static files of the project, so /api/docs/ works without a CDN
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "django_prometheus",
     "skills",
     "runs",
     "cognition",
 ]
 
 MIDDLEWARE = [
+    # request counts and latencies by view and status (django-prometheus); first and last so
+    # they time everything in between
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    # request id and run id on every log line of the request (X-Request-ID)
+    "cognition.ops.logcontext.RequestLogContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # serves the admin's static files from the app image (gunicorn does not serve files)
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -69,6 +98,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -257,6 +287,20 @@ LLM_MOTOR_MODEL = env.str("LLM_MOTOR_MODEL", default="")
 LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0)
 LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
 
+# --- the skill index (skills.index; docs/skills.md "Finding skills") -----------------------------
+# candidates a search returns (the brain's <available_skills>, the motor's tool list)
+MOTOR_SKILL_SEARCH_TOP_K = env.int("MOTOR_SKILL_SEARCH_TOP_K", default=10)
+# longest query in characters: the API refuses a longer one (400), callers in code truncate to it
+MOTOR_SKILL_SEARCH_QUERY_MAX_CHARS = env.int("MOTOR_SKILL_SEARCH_QUERY_MAX_CHARS", default=2000)
+# Dense retrieval is on when a model is named; the endpoint and key default to the LLM's.
+EMBEDDINGS_MODEL = env.str("EMBEDDINGS_MODEL", default="")
+EMBEDDINGS_BASE_URL = env.str("EMBEDDINGS_BASE_URL", default="") or LLM_BASE_URL
+EMBEDDINGS_API_KEY = env.str("EMBEDDINGS_API_KEY", default="") or LLM_API_KEY
+# seconds one embeddings request may take (a search falls back to lexical past it)
+EMBEDDINGS_TIMEOUT_SECONDS = env.float("EMBEDDINGS_TIMEOUT_SECONDS", default=10.0)
+# texts sent in one embeddings request when indexing
+EMBEDDINGS_BATCH_SIZE = env.int("EMBEDDINGS_BATCH_SIZE", default=64)
+
 # --- the built-in brain (cognition.brain) ----------------------------------------------------------
 # seconds one conversational turn may take, LLM calls and tool calls together
 COGNITION_TURN_BUDGET_SECONDS = env.float("COGNITION_TURN_BUDGET_SECONDS", default=120.0)
@@ -431,11 +475,30 @@ if MOTOR_ENERGY_REGEN_PER_HOUR < 0:
 
 # --- logging -------------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")
+# json: one JSON object per line (config/logging.py); console: readable lines (bin/dev sets it)
+LOG_FORMAT = env.str("LOG_FORMAT", default="json")
+if LOG_FORMAT not in ("json", "console"):
+    raise ImproperlyConfigured("LOG_FORMAT must be 'json' or 'console'.")
+configure_structlog()
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "structured": {
+            "()": "config.logging.formatter",
+            "fmt": LOG_FORMAT,
+            # values that must never appear in a log line, whatever logs them
+            "secrets": [
+                SECRET_KEY,
+                *MOTOR_CREDENTIALS_KEY.split(","),
+                LLM_API_KEY,
+                MOTOR_METRICS_TOKEN,
+                *(str(part) for part in (DATABASES["default"].get("PASSWORD"),) if part),
+                *(urlparse(url).password or "" for url in (REDIS_URL, CELERY_BROKER_URL)),
+            ],
+        }
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_safe
 from django.views.generic import TemplateView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from cognition.ops.health import healthz, readyz
+from cognition.ops.metrics import metrics
 
 # The admin speaks of the product; "View site" opens the landing page with the chat and the docs.
 admin.site.site_header = "Motor Cortex"
@@ -18,10 +21,6 @@ admin.site.site_url = "/"
 # The home page lists every model; without the sidebar a list table has the width it needs at
 # 1280 px (with it, the runs and policies lists hid their last columns).
 admin.site.enable_nav_sidebar = False
-
-
-def healthz(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"status": "ok"})
 
 
 # Browsers ask every site for /favicon.ico; without an answer each page logs a failed load.
@@ -43,6 +42,8 @@ urlpatterns = [
     path("", TemplateView.as_view(template_name="home.html"), name="home"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+    path("metrics", metrics, name="metrics"),
     path("favicon.ico", favicon, name="favicon"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/", include("cognition.api.urls")),

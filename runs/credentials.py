@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.utils.module_loading import import_string
 
 from runs.db_outage import DATABASE_UNAVAILABLE
 from runs.errors import CredentialResolverFailed
 from runs.lease import (
     Lease,
+    lease_fence,
     lease_release,
 )
 from runs.models import (
@@ -27,7 +30,8 @@ from runs.models import (
     MotorRun,
     RunStatus,
 )
-from runs.records import SliceOutcome, _event, _signal
+from runs.records import SliceOutcome, event_record, motor_result_emit
+from runs.tools import SAVE_CREDENTIAL
 from skills.crypto import decrypt_json, encrypt_json
 
 logger = logging.getLogger(__name__)
@@ -109,13 +113,13 @@ def scrub_unparsable_save_call(arguments_json: str) -> str:
     return json.dumps(arguments)
 
 
-def _resolve_credentials(run: MotorRun) -> dict[str, str]:
+def run_credentials_read(run: MotorRun) -> dict[str, str]:
     """Values of the run's credential names, from the resolver named in settings.
 
     The runtime knows no vault: the brain side registers a callable
     ``resolver(*, agent_id: int, run_id: str, names: list[str]) -> dict[str, str]`` as
     MOTOR_CREDENTIAL_RESOLVER (a dotted path). A name it has no value for is left out (the run
-    then waits for it, see `_missing_credentials`). Values live only in this process's memory
+    then waits for it, see `run_credentials_missing`). Values live only in this process's memory
     for the one call; they are never stored, logged or sent to the model.
 
     Raises CredentialResolverFailed (naming the resolver and the error type, never a value)
@@ -147,7 +151,7 @@ def _resolve_credentials(run: MotorRun) -> dict[str, str]:
     return values
 
 
-def _resolved_once(
+def run_credentials_once(
     resolve: Callable[[MotorRun], dict[str, str]],
 ) -> Callable[[MotorRun], dict[str, str]]:
     """`resolve`, asked at most once per run (a failure is not remembered)."""
@@ -161,11 +165,11 @@ def _resolved_once(
     return resolved
 
 
-def _missing_credentials(
+def run_credentials_missing(
     run: MotorRun, credentials: Callable[[MotorRun], dict[str, str]] | None = None
 ) -> list[str]:
     """The run's credential names that have no value (nobody has set them)."""
-    values = (credentials or _resolve_credentials)(run)
+    values = (credentials or run_credentials_read)(run)
     return [name for name in run.credential_names if not values.get(name)]
 
 
@@ -181,7 +185,7 @@ def _credentials_question(missing: Sequence[str]) -> str:
     )
 
 
-def _pause_for_credentials(
+def pause_for_credentials(
     run: MotorRun, attempt: Attempt, lease: Lease, missing: list[str], *, actor: str
 ) -> SliceOutcome:
     """Pause the run in awaiting_input, asking for `missing` to be set. Caller holds locks."""
@@ -193,8 +197,8 @@ def _pause_for_credentials(
     run.missing_credentials = list(missing)
     run.save(update_fields=["status", "missing_credentials", "updated_at"])
     lease_release(lease, slice_done=True)
-    _event(run, from_status=previous, actor=actor, missing_credentials=list(missing))
-    _signal(
+    event_record(run, from_status=previous, actor=actor, missing_credentials=list(missing))
+    motor_result_emit(
         run,
         {
             "run_id": run.id,
@@ -204,3 +208,111 @@ def _pause_for_credentials(
         },
     )
     return SliceOutcome.PAUSED
+
+
+#: names save_credential accepts: the skill store's credential-name rule (an env variable name)
+_SAVED_CREDENTIAL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+
+
+def save_offered(run: MotorRun) -> bool:
+    """save_credential is offered to skill runs and to runs that may create a skill."""
+    return not run.review and (run.skill_id is not None or bool(run.workspace))
+
+
+def skill_policy(run: MotorRun) -> Any:
+    """The stored policy of the run's skill for its agent, or None."""
+    from skills.models import Policy
+
+    return Policy.objects.filter(skill_id=run.skill_id, agent_id=run.agent_id).first()
+
+
+def save_denial(run: MotorRun, name: str) -> str | None:
+    """Why `name` may not be saved by this run (seed 001 scope rules), or None when it may."""
+    if not _SAVED_CREDENTIAL_NAME.match(name):
+        return (
+            f"credential name {name!r} must be an environment variable name "
+            f"({_SAVED_CREDENTIAL_NAME.pattern})"
+        )
+    if run.skill_id is None:
+        return None  # a new skill: kept as pending until extraction
+    policy = skill_policy(run)
+    required = list(policy.required_credentials) if policy is not None else []
+    if not required:
+        return "this skill declares no required credentials, so it may not save any"
+    if name not in required:
+        return f"{name!r} is not among this skill's required credentials ({', '.join(required)})"
+    return None
+
+
+def reply_take_saved(
+    run: MotorRun, message: dict[str, Any], known: dict[str, str]
+) -> dict[str, str]:
+    """Take the values out of the save_credential calls of the assistant `message` (in place:
+    each call keeps its arguments with the value replaced by its placeholder, or scrubbed when
+    they do not parse). Returns the values the run may save (`save_denial`); a value out of scope
+    is dropped, but added to `known` so that it is redacted wherever the model repeated it."""
+    intercepted: dict[str, str] = {}
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        if function["name"] != SAVE_CREDENTIAL:
+            continue
+        parsed = intercept_save_call(str(function.get("arguments") or ""))
+        if parsed is None:
+            function["arguments"] = scrub_unparsable_save_call(str(function.get("arguments") or ""))
+            continue
+        name, value, redacted = parsed
+        function["arguments"] = redacted
+        # Out of scope: the value is dropped here; the call is answered "denied" later.
+        if save_offered(run) and save_denial(run, name) is None:
+            intercepted[name] = value
+        else:
+            known.setdefault(name, value)
+    return intercepted
+
+
+def credentials_gate(
+    lease: Lease,
+    run: MotorRun,
+    attempt: Attempt,
+    credentials: Callable[[MotorRun], dict[str, str]],
+    *,
+    actor: str,
+) -> SliceOutcome | None:
+    """Before a slice's first LLM request: pause the run in awaiting_input (and return PAUSED)
+    when a credential it names has no value; None when the slice may go on."""
+    if not run.credential_names:
+        return None
+    missing = run_credentials_missing(run, credentials)
+    if not missing:
+        return None
+    with transaction.atomic():
+        lease_fence(lease)
+        return pause_for_credentials(run, attempt, lease, missing, actor=actor)
+
+
+def reply_secure(
+    lease: Lease,
+    run: MotorRun,
+    attempt: Attempt,
+    message: dict[str, Any],
+    credentials: Callable[[MotorRun], dict[str, str]],
+) -> dict[str, Any] | None:
+    """The assistant `message` as it may be stored, with no credential value in it: every value
+    the run knows is replaced by its placeholder wherever the model wrote it.
+
+    A message carrying save_credential values is different: those values move into the run's
+    encrypted store and the redacted message is appended to the attempt, in one fenced
+    transaction, and None is returned — the message is written, the caller writes nothing."""
+    known = {**credentials(run), **saved_values(run)}
+    intercepted = reply_take_saved(run, message, known)
+    if not intercepted:
+        return redact(message, known)
+    with transaction.atomic():
+        lease_fence(lease)
+        store_saved(run, intercepted)
+        MotorRun.objects.filter(pk=run.pk).update(saved_credentials=run.saved_credentials)
+        known.update(intercepted)
+        attempt.iteration += 1
+        attempt.messages = [*attempt.messages, redact(message, known)]
+        attempt.save(update_fields=["iteration", "messages"])
+    return None

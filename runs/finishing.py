@@ -31,7 +31,7 @@ from runs.models import (
     StepState,
 )
 from runs.mutex import mutex_release
-from runs.records import SliceOutcome, _enqueue_step, _event, _signal
+from runs.records import SliceOutcome, event_record, motor_result_emit, run_wake
 
 
 def _stats(run: MotorRun, attempt: Attempt) -> dict[str, Any]:
@@ -51,12 +51,12 @@ def _stats(run: MotorRun, attempt: Attempt) -> dict[str, Any]:
     }
 
 
-def _last_step_label(attempt: Attempt) -> str:
+def step_last_label(attempt: Attempt) -> str:
     step = Step.objects.filter(attempt=attempt).order_by("-iteration", "-call_index").first()
     return f"{step.tool} (iteration {step.iteration})" if step else ""
 
 
-def _finish_failed(
+def run_finish_failed(
     run: MotorRun,
     attempt: Attempt,
     *,
@@ -72,7 +72,7 @@ def _finish_failed(
         "category": category.value,
         "retryable": retryable,
         "message": message,
-        "last_step": _last_step_label(attempt),
+        "last_step": step_last_label(attempt),
         "hint": "",
     }
     attempt.fail(failure=failure, at=now)
@@ -94,8 +94,8 @@ def _finish_failed(
         run.saved_credentials = ""
         fields.append("saved_credentials")
     run.save(update_fields=fields)
-    _event(run, from_status=previous, actor=actor, category=category.value, message=message)
-    _signal(
+    event_record(run, from_status=previous, actor=actor, category=category.value, message=message)
+    motor_result_emit(
         run,
         {
             "run_id": run.id,
@@ -110,8 +110,8 @@ def _finish_failed(
     failure_hint_enqueue(run_id=run.id, attempt_index=attempt.index, category=category.value)
 
 
-def _fail_timeout(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) -> SliceOutcome:
-    return _fail_locked(
+def run_fail_timeout(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) -> SliceOutcome:
+    return run_fail_fenced(
         lease,
         run,
         attempt,
@@ -122,7 +122,7 @@ def _fail_timeout(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) 
     )
 
 
-def _end_slice(lease: Lease) -> None:
+def slice_end(lease: Lease) -> None:
     """Release the lease (the slice reached its end) and queue the next slice on commit.
 
     Inside `transaction.atomic()`; raises LeaseLost when the lease is no longer this slice's.
@@ -134,10 +134,10 @@ def _end_slice(lease: Lease) -> None:
             token=lease.token,
         )
     run_id, token = lease.run_id, lease.token
-    transaction.on_commit(lambda: _enqueue_step(run_id, token))
+    transaction.on_commit(lambda: run_wake(run_id, token))
 
 
-def _fail_budget(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) -> SliceOutcome:
+def run_fail_budget(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) -> SliceOutcome:
     with transaction.atomic():
         lease_fence(lease)
         partial = next(
@@ -148,7 +148,7 @@ def _fail_budget(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) -
             ),
             "",
         )
-        _finish_failed(
+        run_finish_failed(
             run,
             attempt,
             category=FailureCategory.BUDGET_EXHAUSTED,
@@ -160,7 +160,7 @@ def _fail_budget(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) -
     return SliceOutcome.FINISHED
 
 
-def _fail_locked(
+def run_fail_fenced(
     lease: Lease,
     run: MotorRun,
     attempt: Attempt,
@@ -172,13 +172,13 @@ def _fail_locked(
 ) -> SliceOutcome:
     with transaction.atomic():
         lease_fence(lease)
-        _finish_failed(
+        run_finish_failed(
             run, attempt, category=category, message=message, retryable=retryable, actor=actor
         )
     return SliceOutcome.FINISHED
 
 
-def _final_reply(attempt: Attempt) -> str | None:
+def reply_final(attempt: Attempt) -> str | None:
     """The closing text when the attempt's last message is an answer without tool calls."""
     if attempt.status != AttemptStatus.RUNNING or len(attempt.messages) < 2:
         return None
@@ -188,7 +188,9 @@ def _final_reply(attempt: Attempt) -> str | None:
     return str(last.get("content") or "")
 
 
-def _finish_completed(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str) -> SliceOutcome:
+def run_finish_completed(
+    lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str
+) -> SliceOutcome:
     """After the final answer: extract skills, keep artifacts, then complete and signal.
 
     Each stage is recorded before the next starts, so a crash between any two of them resumes
@@ -233,8 +235,8 @@ def _finish_completed(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: s
                 "updated_at",
             ]
         )
-        _event(run, from_status=previous, actor=actor)
-        _signal(run, {"run_id": run.id, "status": RunStatus.COMPLETED, "result": result})
+        event_record(run, from_status=previous, actor=actor)
+        motor_result_emit(run, {"run_id": run.id, "status": RunStatus.COMPLETED, "result": result})
         agent_id, run_id = run.agent_id, run.id
         transaction.on_commit(lambda: mutex_release(agent_id=agent_id, run_id=run_id))
     return SliceOutcome.FINISHED
@@ -253,7 +255,7 @@ def _extract_skills(run: MotorRun) -> dict[str, Any]:
     if not getattr(settings, "MOTOR_EXTRACT_SKILLS", True):
         return empty
     from skills.errors import SkillError
-    from skills.services import skills_extract_from_workspace
+    from skills.extraction import skills_extract_from_workspace
 
     try:
         pending = saved_values(run) if run.skill_id is None else {}

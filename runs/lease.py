@@ -1,12 +1,13 @@
-"""Execution leases with fencing tokens, checked in PostgreSQL on every state write.
+"""Execution leases with fencing tokens, checked in the database on every state write.
 
 A slice of work on a run first claims the lease: one UPDATE bumps `lease_token` (it only ever
 grows) and stamps owner and expiry in database time, but only when the lease is free, expired or
 already ours, and returns the claimed row. Every later write transaction of that slice starts with
 `lease_fence`: one UPDATE that matches only while the token is still ours, renews the expiry and
 holds the row lock to commit; a slice whose token is no longer the newest gets `LeaseLost` and
-writes nothing. A Redis lock alone cannot give
-this guarantee: a paused holder wakes up after its TTL and keeps writing.
+writes nothing. A Redis lock alone cannot give this guarantee: a paused holder wakes up after
+its TTL and keeps writing. The loop's frequent writes, its claim included, are the same fenced
+statements written out in `runs.ledger`; the functions here serve the rarer writes.
 """
 
 from __future__ import annotations

@@ -1,22 +1,26 @@
-"""The run loop's frequent fenced writes, each in one statement on PostgreSQL.
+"""The run loop's frequent fenced writes: each a short transaction of a few prepared statements.
 
 A slice starts with its claim (and, for a new run, the start); then each iteration writes twice:
 the model's reply with the intent of its first tool call, then the call's result (a further call
-of the same reply has an intent write of its own). Each write must first prove the slice's lease
-(`runs.lease.lease_fence`) and then change one or two rows. Through the ORM that is BEGIN, the
-fencing UPDATE, the writes and COMMIT, and most of its cost is Python building SQL. On PostgreSQL
-the functions here send the fencing UPDATE and the writes it guards as one statement — the
-writes are chained behind the fence in data-modifying CTEs, so they change nothing unless the
-fence matched — in autocommit: one round trip and one commit per write. Other databases (SQLite) get the same writes as an ORM transaction.
+of the same reply has an intent write of its own). Each write must prove the slice's lease
+(`runs.lease`) before it changes anything. Here a write is one transaction of plain SQL
+statements, the same on PostgreSQL and SQLite: first the fencing UPDATE (it renews the lease, or
+frees it when the slice ends with this write, and holds the run's row lock until the commit),
+then the writes it guards, each of which also requires the slice's token, so a stale slice
+changes nothing. On PostgreSQL the statements are prepared, bound on the server and sent with
+their BEGIN and COMMIT in one round trip (psycopg's pipeline); SQLite runs in the process and
+needs no such care. Through the ORM the same write cost several round trips and most of its
+time was Python building SQL (docs/design-notes.md measures both).
 
-Each function raises LeaseLost, having changed nothing, when the slice's token is stale.
+The SQL is the same on both databases but for `_now`, `_later`, `_append` and `_typed`.
+Each writing function raises LeaseLost, having changed nothing, when the slice's token is stale.
 """
 
 from __future__ import annotations
 
 import contextlib
-import zlib
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
@@ -25,109 +29,204 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Field
 from django.utils import timezone
 
-from runs.lease import (
-    Lease,
-    lease_claim_run,
-    lease_fence,
-    lease_release,
-    lease_take_over_from_dead,
-    lease_ttl,
-    stale_lease,
-)
-from runs.models import Attempt, MotorRun, PendingWakeup, RunEvent, RunStatus, Step, StepState
+from runs.lease import Lease, lease_take_over_from_dead, lease_ttl, stale_lease
+from runs.models import Attempt, MotorRun, RunEvent, RunStatus, Step, StepState
 from runs.wakeups import wakeup_remember
 
+#: one statement of a write: SQL with %s placeholders, its parameters, and whether it returns rows
+Statement = tuple[str, Sequence[Any], bool]
 
-def _single_statement(choice: bool | None) -> bool:
-    """One statement on PostgreSQL unless `choice` says otherwise (False: the ORM transaction,
-    which any database runs)."""
-    postgresql = connections[DEFAULT_DB_ALIAS].vendor == "postgresql"
-    return postgresql if choice is None else choice and postgresql
+# The functions building SQL text are cached; their `postgresql` argument is the cache's key,
+# since the text follows the dialect of the default database (the `_now` … `_typed` below).
+
+
+def _connection() -> Any:
+    return connections[DEFAULT_DB_ALIAS]
+
+
+def _postgresql() -> bool:
+    return bool(_connection().vendor == "postgresql")
 
 
 def _quote(name: str) -> str:
-    return connections[DEFAULT_DB_ALIAS].ops.quote_name(name)
+    return str(_connection().ops.quote_name(name))
 
 
 def _prep(model: type[Any], name: str, value: Any) -> Any:
     field = model._meta.get_field(name)
-    return field.get_db_prep_save(value, connections[DEFAULT_DB_ALIAS])
+    return field.get_db_prep_save(value, _connection())
+
+
+# --- the dialect's words -------------------------------------------------------------------------
+
+
+def _now() -> str:
+    """The database's time (the lease's clock), as a value of a DateTimeField column."""
+    if _postgresql():
+        return "STATEMENT_TIMESTAMP()"
+    return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"  # Django's own form of Now() on SQLite
+
+
+def _later(seconds: str) -> str:
+    """The database's time plus the SQL expression `seconds`."""
+    if _postgresql():
+        return f"STATEMENT_TIMESTAMP() + ({seconds}) * INTERVAL '1 second'"
+    return f"STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'now', ({seconds}) || ' seconds')"
+
+
+def _append(column: str) -> str:
+    """The JSON array in `column` with one more element, the JSON text of a parameter."""
+    if _postgresql():
+        return f"{column} || jsonb_build_array(CAST(%s AS jsonb))"
+    return f"json_insert({column}, '$[#]', json(%s))"
+
+
+def _typed(field: Field[Any, Any]) -> str:
+    """A parameter for `field`'s column in a SELECT list: PostgreSQL gives an untyped one the
+    type text, which does not convert to every column type (jsonb); SQLite needs no type."""
+    if _postgresql():
+        return f"CAST(%s AS {field.db_type(_connection())})"
+    return "%s"
+
+
+# --- one write -----------------------------------------------------------------------------------
+
+
+def _write(statements: Sequence[Statement], *, durable: bool = True) -> list[tuple[int, Any]]:
+    """Run `statements` in order as one transaction (inside a caller's transaction, a savepoint
+    of it) and return each one's (rows affected, first returned row or None). All or nothing:
+    an error rolls back what they did and reaches the caller as Django's error.
+
+    Not `durable` (PostgreSQL): the commit returns before its WAL is flushed (synchronous_commit
+    off for this one transaction). Only for writes a database crash may lose: a crash loses at
+    most the unflushed tail, and every later durable commit flushes it too. The claim, the
+    reply and the result may be lost together with whatever followed them, which looks exactly
+    like a worker that died before writing them (the model is asked again; a call whose result
+    is lost is reported as interrupted, never run again). An intent is always durable before
+    its call starts. SQLite commits as its `synchronous` pragma says (settings.DATABASES).
+    """
+    connection = _connection()
+    if not _postgresql():
+        results: list[tuple[int, Any]] = []
+        with transaction.atomic(), connection.cursor() as cursor:
+            for sql, params, returns in statements:
+                cursor.execute(sql, params)
+                rows = cursor.fetchall() if returns else []
+                results.append(
+                    (len(rows) if returns else cursor.rowcount, rows[0] if rows else None)
+                )
+        return results
+    return _pipeline(statements, durable=durable)
+
+
+def _pipeline(statements: Sequence[Statement], *, durable: bool) -> list[tuple[int, Any]]:
+    """`_write` on PostgreSQL: the transaction in one round trip, each statement prepared once
+    per connection (pooled connections keep them) with its parameters bound on the server:
+    these few statements run several times per iteration, and planning them and quoting their
+    JSON into the SQL text would cost more than running them."""
+    connection = _connection()
+    connection.ensure_connection()
+    conn = connection.connection
+    nested = connection.in_atomic_block
+    begin, commit, undo = (
+        ("SAVEPOINT ledger", "RELEASE SAVEPOINT ledger", "ROLLBACK TO SAVEPOINT ledger")
+        if nested
+        else ("BEGIN", "COMMIT", "ROLLBACK")
+    )
+    # Django's connections make client-side-binding cursors; these bind on the server.
+    cursors = [psycopg.Cursor(conn) for _ in statements]
+    with connection.wrap_database_errors:
+        try:
+            with conn.pipeline():
+                conn.execute(begin)
+                if not durable and not nested:
+                    conn.execute("SET LOCAL synchronous_commit TO OFF")
+                for cursor, (sql, params, _) in zip(cursors, statements, strict=True):
+                    cursor.execute(sql, params, prepare=True)
+                conn.execute(commit)
+        except BaseException:
+            in_transaction = conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE
+            if nested or in_transaction:
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute(undo)
+            raise
+        results = []
+        for cursor, (_, _, returns) in zip(cursors, statements, strict=True):
+            # (`description` would build a column object per returned column on every call)
+            result = cursor.pgresult
+            row = cursor.fetchone() if returns and result is not None and result.nfields else None
+            results.append((cursor.rowcount, row))
+            cursor.close()
+        return results
+
+
+# --- the fence ------------------------------------------------------------------------------------
 
 
 @cache
-def _fence_sql(release: bool, durable: bool = True) -> str:
-    """The fencing UPDATE as a CTE named `fence`: renews the lease, or with `release` frees it
-    (the slice ends with this write). Either way the unfinished-slice count is reset: the write
-    is progress. Parameters: ttl (renew only), run id, token.
-
-    Not `durable`: the statement's commit does not wait for its WAL flush (synchronous_commit
-    off for this one transaction). Only for writes a database crash may lose: a crash loses at
-    most the unflushed tail, and every later durable commit flushes it too. So the reply and
-    the result writes may be lost together with whatever followed them, which looks exactly
-    like a worker that died before writing them (the model is asked again; a call whose result
-    is lost is reported as interrupted, never run again). An intent is always durable before
-    its call starts.
-    """
-    run = _quote(MotorRun._meta.db_table)
+def _fence_sql(release: bool, postgresql: bool) -> str:
+    """The fencing UPDATE: renews the lease, or with `release` frees it (the slice ends with
+    this write). Either way the unfinished-slice count is reset: the write is progress.
+    Parameters: seconds the lease lives (renew only), run id, token."""
     if release:
         sets = (
             f"{_quote('lease_expires_at')} = NULL, {_quote('lease_owner')} = '', "
-            f"{_quote('idle_since')} = STATEMENT_TIMESTAMP()"
+            f"{_quote('idle_since')} = {_now()}"
         )
     else:
-        sets = f"{_quote('lease_expires_at')} = STATEMENT_TIMESTAMP() + %s"
-    unflushed = "" if durable else "FROM (SELECT set_config('synchronous_commit', 'off', true)) u "
+        sets = f"{_quote('lease_expires_at')} = {_later('%s')}"
     return (
-        f"WITH fence AS (UPDATE {run} SET {sets}, {_quote('redelivery_count')} = 0 {unflushed}"  # noqa: S608 - quoted model names; values are parameters
-        f"WHERE {_quote('id')} = %s AND {_quote('lease_token')} = %s RETURNING 1)"
+        f"UPDATE {_quote(MotorRun._meta.db_table)} SET {sets}, {_quote('redelivery_count')} = 0 "  # noqa: S608 - quoted model names; values are parameters
+        f"WHERE {_quote('id')} = %s AND {_quote('lease_token')} = %s"
     )
 
 
-def _fence_params(lease: Lease, release: bool) -> list[Any]:
-    head: list[Any] = [] if release else [lease.lifetime]
-    return [*head, lease.run_id, lease.token]
+def _fence(lease: Lease, *, release: bool = False) -> Statement:
+    head: list[Any] = [] if release else [lease.lifetime.total_seconds()]
+    return _fence_sql(release, _postgresql()), [*head, lease.run_id, lease.token], False
 
 
-def _execute(
-    sql: str, params: list[Any], *, after_creation_of: str | None = None
-) -> tuple[int, Any]:
-    """Run one of these statements on PostgreSQL; (rows affected, first returned row or None).
+@cache
+def _held_sql(postgresql: bool) -> str:
+    """A guarded write's condition: the slice's token is still the run's (parameters: run id,
+    token). Once the fence matched, its row lock keeps it so until the commit."""
+    return (
+        f"EXISTS (SELECT 1 FROM {_quote(MotorRun._meta.db_table)} "  # noqa: S608 - quoted names
+        f"WHERE {_quote('id')} = %s AND {_quote('lease_token')} = %s)"
+    )
 
-    Through psycopg's own cursor with server-side parameters, prepared once per connection
-    (pooled connections keep them): these few statements run several times per iteration, and
-    planning them and quoting their JSON into the SQL text would cost more than running them.
-    Errors are Django's (IntegrityError, ...), as from any ORM query.
 
-    `after_creation_of` (a run id): first wait for that run's creation to end, if it is still
-    in progress (`_insert_announced`) — a shared wait on its creation lock, sent with the
-    statement in one round trip and one transaction, so the statement reads after the wait
-    and sees the run if its creation committed.
-    """
-    connection = connections[DEFAULT_DB_ALIAS]
-    connection.ensure_connection()
-    conn = connection.connection
-    # Django's connections make client-side-binding cursors; this one binds on the server.
-    with connection.wrap_database_errors, psycopg.Cursor(conn) as cursor:
-        if after_creation_of is None:
-            cursor.execute(sql, params, prepare=True)
-        else:
-            with conn.pipeline(), psycopg.Cursor(conn) as wait:
-                key = [CREATION_LOCK, _creation_key(after_creation_of)]
-                wait.execute(_AWAIT_CREATION, key, prepare=True)
-                cursor.execute(sql, params, prepare=True)
-        # (`description` would build a column object per returned column on every call)
-        result = cursor.pgresult
-        row = cursor.fetchone() if result is not None and result.nfields else None
-        return cursor.rowcount, row
+def _held(lease: Lease) -> list[Any]:
+    """The parameters of `_held_sql` for `lease`."""
+    return [lease.run_id, lease.token]
+
+
+def _fenced(
+    lease: Lease, statements: Sequence[Statement], *, release: bool = False, durable: bool
+) -> list[tuple[int, Any]]:
+    """The fence, then `statements` (each guarded by `_held`), as one write; LeaseLost when the
+    fence did not match (and so nothing changed)."""
+    results = _write([_fence(lease, release=release), *statements], durable=durable)
+    if results[0][0] != 1:
+        raise stale_lease(lease)
+    return results[1:]
+
+
+# --- the writes of an iteration ------------------------------------------------------------------
+
+
+@cache
+def _reply_sql(postgresql: bool) -> str:
+    held = _held_sql(postgresql)
+    return (
+        f"UPDATE {_quote(Attempt._meta.db_table)} SET {_quote('messages')} = "  # noqa: S608 - quoted model names; values are parameters
+        f"{_append(_quote('messages'))}, {_quote('iteration')} = %s "
+        f"WHERE {_quote('id')} = %s AND {held}"
+    )
 
 
 def ledger_record_reply(
-    lease: Lease,
-    attempt: Attempt,
-    message: dict[str, Any],
-    *,
-    intent: Step | None = None,
-    single_statement: bool | None = None,
+    lease: Lease, attempt: Attempt, message: dict[str, Any], *, intent: Step | None = None
 ) -> None:
     """Append the model's reply to the attempt's messages and count the iteration; with
     `intent` (unsaved, for the new iteration), also insert that call's Step row in the same
@@ -136,37 +235,17 @@ def ledger_record_reply(
     `attempt` (and `intent`'s primary key) are updated in memory once the write succeeded.
     """
     iteration = attempt.iteration + 1
-    if _single_statement(single_statement):
-        table = _quote(Attempt._meta.db_table)
-        messages = _quote("messages")
-        update = (
-            f"UPDATE {table} SET {messages} = {messages} || %s, "  # noqa: S608 - quoted model names; values are parameters
-            f"{_quote('iteration')} = %s WHERE {_quote('id')} = %s AND EXISTS (SELECT 1 FROM fence)"
-        )
-        params = [
-            *_fence_params(lease, False),
-            _prep(Attempt, "messages", [message]),
-            iteration,
-            attempt.pk,
-        ]
-        if intent is None:
-            sql = f"{_fence_sql(False, durable=False)} {update}"
-            if _execute(sql, params)[0] != 1:
-                raise stale_lease(lease)
-        else:
-            insert, values = _insert_step(intent)
-            sql = f"{_fence_sql(False)}, reply AS ({update} RETURNING 1) {insert} FROM reply"
-            _insert_returning(lease, intent, sql, [*params, *values])
-        attempt.iteration = iteration
-        attempt.messages = [*attempt.messages, message]
-        return
-    with transaction.atomic():
-        lease_fence(lease)
-        attempt.iteration = iteration
-        attempt.messages = [*attempt.messages, message]
-        attempt.save(update_fields=["iteration", "messages"])
-        if intent is not None:
-            intent.save(force_insert=True)
+    held = _held(lease)
+    statements: list[Statement] = [
+        (_reply_sql(_postgresql()), [json.dumps(message), iteration, attempt.pk, *held], False)
+    ]
+    if intent is not None:
+        statements.append(_insert_step(lease, intent))
+    results = _fenced(lease, statements, durable=intent is not None)
+    if intent is not None:
+        _saved(intent, results[1])
+    attempt.iteration = iteration
+    attempt.messages = [*attempt.messages, message]
 
 
 @cache
@@ -175,46 +254,82 @@ def _step_columns() -> tuple[Field[Any, Any], ...]:
 
 
 @cache
-def _insert_step_sql() -> str:
-    connection = connections[DEFAULT_DB_ALIAS]
+def _insert_step_sql(postgresql: bool) -> str:
     fields = _step_columns()
     columns = ", ".join(_quote(field.column) for field in fields)
-    values = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in fields)
-    return f"INSERT INTO {_quote(Step._meta.db_table)} ({columns}) SELECT {values}"  # noqa: S608 - quoted model names; values are parameters
+    values = ", ".join(_typed(field) for field in fields)
+    return (
+        f"INSERT INTO {_quote(Step._meta.db_table)} ({columns}) SELECT {values} "  # noqa: S608 - quoted model names; values are parameters
+        f"WHERE {_held_sql(postgresql)} RETURNING {_quote('id')}"
+    )
 
 
-def _insert_step(step: Step) -> tuple[str, list[Any]]:
-    """`INSERT INTO step (...) SELECT <values>` (the caller adds the FROM) and its values."""
-    connection = connections[DEFAULT_DB_ALIAS]
+def _insert_step(lease: Lease, step: Step) -> Statement:
+    """The guarded insert of `step` (unsaved), returning its id."""
+    connection = _connection()
     values = [
         field.get_db_prep_save(field.pre_save(step, True), connection) for field in _step_columns()
     ]
-    return _insert_step_sql(), values
+    held = _held(lease)
+    return _insert_step_sql(_postgresql()), [*values, *held], True
 
 
-def _insert_returning(lease: Lease, step: Step, sql: str, params: list[Any]) -> None:
-    count, row = _execute(f"{sql} RETURNING {_quote('id')}", params)
-    if count != 1 or row is None:
-        raise stale_lease(lease)
+def _saved(step: Step, result: tuple[int, Any]) -> None:
+    """`step` as inserted by `_insert_step` (its primary key set, no longer adding)."""
+    count, row = result
+    if count != 1 or row is None:  # the fence matched, so the guard did too
+        raise RuntimeError(f"the intent of {step.tool_call_id} was not inserted")
     step.pk = row[0]
     step._state.adding = False
     step._state.db = DEFAULT_DB_ALIAS
 
 
-def ledger_add_intent(lease: Lease, step: Step, *, single_statement: bool | None = None) -> None:
+def ledger_add_intent(lease: Lease, step: Step) -> None:
     """Insert `step` (state intent, not yet saved), durably, and set its primary key."""
-    if _single_statement(single_statement):
-        insert, values = _insert_step(step)
-        _insert_returning(
-            lease,
-            step,
-            f"{_fence_sql(False)} {insert} FROM fence",
-            [*_fence_params(lease, False), *values],
-        )
-        return
-    with transaction.atomic():
-        lease_fence(lease)
-        step.save(force_insert=True)
+    results = _fenced(lease, [_insert_step(lease, step)], durable=True)
+    _saved(step, results[0])
+
+
+@cache
+def _result_sql(postgresql: bool) -> tuple[str, str]:
+    held = _held_sql(postgresql)
+    step = (
+        f"UPDATE {_quote(Step._meta.db_table)} SET {_quote('state')} = %s, "  # noqa: S608 - quoted model names; values are parameters
+        f"{_quote('result')} = %s, {_quote('duration_ms')} = %s, {_quote('completed_at')} = %s "
+        f"WHERE {_quote('id')} = %s AND {held}"
+    )
+    attempt = (
+        f"UPDATE {_quote(Attempt._meta.db_table)} SET {_quote('messages')} = "  # noqa: S608 - quoted model names; values are parameters
+        f"{_append(_quote('messages'))} WHERE {_quote('id')} = %s AND {held}"
+    )
+    return step, attempt
+
+
+@cache
+def _audit_columns(model: type[Any]) -> tuple[Field[Any, Any], ...]:
+    return tuple(field for field in model._meta.concrete_fields if not field.primary_key)
+
+
+@cache
+def _insert_audit_sql(model: type[Any], postgresql: bool) -> str:
+    fields = _audit_columns(model)
+    columns = ", ".join(_quote(field.column) for field in fields)
+    values = ", ".join(_typed(field) for field in fields)
+    return (
+        f"INSERT INTO {_quote(model._meta.db_table)} ({columns}) SELECT {values} "  # noqa: S608 - quoted model names; values are parameters
+        f"WHERE {_held_sql(postgresql)}"
+    )
+
+
+def _insert_audit(lease: Lease, audit: Any) -> Statement:
+    """The guarded insert of the audit row `audit` (an unsaved ToolCallAudit)."""
+    connection = _connection()
+    model = type(audit)
+    values = [
+        field.get_db_prep_save(field.pre_save(audit, True), connection)
+        for field in _audit_columns(model)
+    ]
+    return _insert_audit_sql(model, _postgresql()), [*values, *_held(lease)], False
 
 
 def ledger_record_result(
@@ -225,7 +340,6 @@ def ledger_record_result(
     tool_message: dict[str, Any],
     *,
     release: bool,
-    single_statement: bool | None = None,
     audit: Any = None,
 ) -> None:
     """Mark `step` done with `result`, append `tool_message` to the attempt, and reset the
@@ -237,77 +351,29 @@ def ledger_record_result(
     """
     completed_at = timezone.now()
     duration_ms = int(result.get("duration_ms") or 0)
-    if _single_statement(single_statement):
-        steps, attempts = _quote(Step._meta.db_table), _quote(Attempt._meta.db_table)
-        messages = _quote("messages")
-        sql = (
-            f"{_fence_sql(release, durable=False)}, done AS (UPDATE {steps} SET {_quote('state')} = %s, "  # noqa: S608 - quoted model names; values are parameters
-            f"{_quote('result')} = %s, {_quote('duration_ms')} = %s, "
-            f"{_quote('completed_at')} = %s WHERE {_quote('id')} = %s "
-            f"AND EXISTS (SELECT 1 FROM fence) RETURNING 1) "
-            f"{_audit_cte(audit)}"
-            f"UPDATE {attempts} SET {messages} = {messages} || %s "
-            f"WHERE {_quote('id')} = %s AND EXISTS (SELECT 1 FROM done)"
-        )
-        params = [
-            *_fence_params(lease, release),
-            StepState.DONE.value,
-            _prep(Step, "result", result),
-            duration_ms,
-            _prep(Step, "completed_at", completed_at),
-            step.pk,
-            *_audit_params(audit),
-            _prep(Attempt, "messages", [tool_message]),
-            attempt.pk,
-        ]
-        if _execute(sql, params)[0] != 1:
-            raise stale_lease(lease)
-        _apply_result(attempt, step, result, tool_message, duration_ms, completed_at)
-        return
-    with transaction.atomic():
-        lease_fence(lease, redelivery_count=0)
-        _apply_result(attempt, step, result, tool_message, duration_ms, completed_at)
-        step.save(update_fields=["state", "result", "duration_ms", "completed_at"])
-        attempt.save(update_fields=["messages"])
-        if audit is not None:
-            audit.save(force_insert=True)
-        if release and not lease_release(lease, slice_done=True):
-            raise stale_lease(lease)
-
-
-def _audit_fields(audit: Any) -> list[Any]:
-    return [f for f in type(audit)._meta.concrete_fields if not f.primary_key]
-
-
-def _audit_cte(audit: Any) -> str:
-    """The audit row's INSERT as a CTE that runs only when the result was written."""
-    if audit is None:
-        return ""
-    fields = _audit_fields(audit)
-    table = _quote(type(audit)._meta.db_table)
-    columns = ", ".join(_quote(f.column) for f in fields)
-    values = ", ".join(["%s"] * len(fields))
-    return (
-        f", audit AS (INSERT INTO {table} ({columns}) SELECT {values} "  # noqa: S608 - quoted model names; values are parameters
-        f"WHERE EXISTS (SELECT 1 FROM done) RETURNING 1) "
+    step_sql, attempt_sql = _result_sql(_postgresql())
+    held = _held(lease)
+    step_params = [
+        StepState.DONE.value,
+        _prep(Step, "result", result),
+        duration_ms,
+        _prep(Step, "completed_at", completed_at),
+        step.pk,
+        *held,
+    ]
+    attempt_params = [json.dumps(tool_message), attempt.pk, *held]
+    statements: list[Statement] = [
+        (step_sql, step_params, False),
+        (attempt_sql, attempt_params, False),
+    ]
+    if audit is not None:
+        statements.append(_insert_audit(lease, audit))
+    _fenced(
+        lease,
+        statements,
+        release=release,
+        durable=False,
     )
-
-
-def _audit_params(audit: Any) -> list[Any]:
-    if audit is None:
-        return []
-    connection = connections[DEFAULT_DB_ALIAS]
-    return [f.get_db_prep_save(getattr(audit, f.attname), connection) for f in _audit_fields(audit)]
-
-
-def _apply_result(
-    attempt: Attempt,
-    step: Step,
-    result: dict[str, Any],
-    tool_message: dict[str, Any],
-    duration_ms: int,
-    completed_at: Any,
-) -> None:
     step.state = StepState.DONE
     step.result = result
     step.duration_ms = duration_ms
@@ -315,118 +381,125 @@ def _apply_result(
     attempt.messages = [*attempt.messages, tool_message]
 
 
+# --- the claim -----------------------------------------------------------------------------------
+
+
 @cache
-def _claim_sql(with_token: bool) -> str:
-    """The claim statement of `ledger_claim`, for a message's token (`with_token`) or none.
-    Parameters: run id; the claimability test's (owner; or token, owner, token + 1); owner, ttl;
-    the status and time values of the start; the audit row's."""
-    run_fields = MotorRun._meta.concrete_fields
-    attempt_fields = Attempt._meta.concrete_fields
+def _claim_sql(with_token: bool, postgresql: bool) -> tuple[str, str, str]:
+    """The claim's three statements: the claim itself (returning the run as claimed), the audit
+    row of the start it makes of a created run, and the read of the run's current attempt.
+    Parameters of the claim: owner; seconds the lease lives; the status and time values of the
+    start; run id; the claimability test's (owner; or token, owner, token + 1)."""
     runs, attempts = _quote(MotorRun._meta.db_table), _quote(Attempt._meta.db_table)
-    events = _quote(RunEvent._meta.db_table)
-    free = (
-        "(r.lease_expires_at IS NULL OR r.lease_expires_at < STATEMENT_TIMESTAMP() "
-        "OR r.lease_owner = %s)"
-    )
+    status, lease_token = _quote("status"), _quote("lease_token")
+    expires, owner_column = _quote("lease_expires_at"), _quote("lease_owner")
+    timeout, redelivery = _quote("timeout_s"), _quote("redelivery_count")
+    started, updated = _quote("started_at"), _quote("updated_at")
+    free = f"({expires} IS NULL OR {expires} < {_now()} OR {owner_column} = %s)"
     if not with_token:
         claimable = free
     else:
         claimable = (
-            f"((r.lease_token = %s AND {free}) OR "
-            "(r.lease_token = %s AND r.lease_expires_at < STATEMENT_TIMESTAMP()))"
+            f"(({lease_token} = %s AND {free}) OR ({lease_token} = %s AND {expires} < {_now()}))"
         )
-    return (
-        # not flushed before it returns (see _fence_sql): a claim lost in a database crash
-        # leaves the run as it was, and every later durable write of the slice flushes it
-        f"WITH target AS (SELECT r.id, r.status AS was FROM {runs} r, "  # noqa: S608 - quoted names
-        "(SELECT set_config('synchronous_commit', 'off', true)) u "
-        f"WHERE r.id = %s AND {claimable} FOR UPDATE OF r), "
-        f"claimed AS (UPDATE {runs} r SET lease_token = r.lease_token + 1, lease_owner = %s, "
+    returned = ", ".join(_quote(f.column) for f in MotorRun._meta.concrete_fields)
+    claim = (
+        f"UPDATE {runs} SET {lease_token} = {lease_token} + 1, {owner_column} = %s, "  # noqa: S608 - quoted names; values are parameters
         # the lease never outlives the run's own timeout (runs.lease.lease_ttl)
-        "lease_expires_at = STATEMENT_TIMESTAMP() + LEAST(%s, r.timeout_s * INTERVAL '1 second'), "
-        "redelivery_count = CASE WHEN r.status IN (%s, %s) THEN r.redelivery_count + 1 "
-        "ELSE r.redelivery_count END, "
-        "status = CASE WHEN r.status = %s THEN %s ELSE r.status END, "
-        "started_at = CASE WHEN r.status = %s THEN %s ELSE r.started_at END, "
-        "updated_at = CASE WHEN r.status = %s THEN %s ELSE r.updated_at END "
-        f"FROM target WHERE r.id = target.id RETURNING r.*, target.was), "
-        f"event AS (INSERT INTO {events} (run_id, from_status, to_status, actor, detail, "
-        "created_at) SELECT id, %s, %s, %s, %s, %s FROM claimed WHERE was = %s) "
-        "SELECT "
-        + ", ".join(f"c.{_quote(f.column)}" for f in run_fields)
-        + ", "
-        + ", ".join(f"a.{_quote(f.column)}" for f in attempt_fields)
-        + f" FROM claimed c JOIN {attempts} a ON a.run_id = c.id "
-        "AND a.index = c.current_attempt_index"
+        f"{expires} = {_later(f'CASE WHEN {timeout} < %s THEN {timeout} ELSE %s END')}, "
+        f"{redelivery} = CASE WHEN {status} IN (%s, %s) THEN {redelivery} + 1 "
+        f"ELSE {redelivery} END, "
+        f"{started} = CASE WHEN {status} = %s THEN %s ELSE {started} END, "
+        f"{updated} = CASE WHEN {status} = %s THEN %s ELSE {updated} END, "
+        f"{status} = CASE WHEN {status} = %s THEN %s ELSE {status} END "
+        f"WHERE {_quote('id')} = %s AND {claimable} RETURNING {returned}"
     )
+    # The claim started the run exactly when it stamped this claim's own start time on it.
+    event_columns = ("run_id", "from_status", "to_status", "actor", "detail", "created_at")
+    event_fields = [RunEvent._meta.get_field(name) for name in event_columns[1:]]
+    event = (
+        f"INSERT INTO {_quote(RunEvent._meta.db_table)} "  # noqa: S608 - quoted names
+        f"({', '.join(_quote(f.column) for f in (RunEvent._meta.get_field('run'), *event_fields))}) "
+        f"SELECT {_quote('id')}, {', '.join(_typed(f) for f in event_fields)} FROM {runs} "
+        f"WHERE {_quote('id')} = %s AND {owner_column} = %s AND {started} = %s"
+    )
+    attempt = (
+        "SELECT "  # noqa: S608 - quoted names
+        + ", ".join(f"a.{_quote(f.column)}" for f in Attempt._meta.concrete_fields)
+        + f" FROM {attempts} a JOIN {runs} r ON a.{_quote('run_id')} = r.{_quote('id')} "
+        f"AND a.{_quote('index')} = r.{_quote('current_attempt_index')} "
+        f"WHERE r.{_quote('id')} = %s AND r.{owner_column} = %s"
+    )
+    return claim, event, attempt
 
 
 def ledger_claim(
     *, run_id: str, owner: str, expected_token: int | None, actor: str
 ) -> tuple[Lease, MotorRun, Attempt] | None:
-    """Claim the run for a slice (see `runs.lease.lease_claim_run`, counting the slice) and, when
-    it is still `created`, start it (running, started_at, its audit row); return the lease, the
-    run and its current attempt as they now are. None when it is not this caller's turn.
+    """Claim the run for a slice and, when it is still `created`, start it (running,
+    started_at, its audit row); return the lease, the run and its current attempt as they now
+    are. None when it is not this caller's turn. One write.
 
-    On PostgreSQL all of it is one statement; elsewhere one ORM transaction.
+    Claimable: without `expected_token`, a lease that is free, expired or already `owner`'s;
+    with it (the token a wake-up message was sent for), also when the run's token moved one
+    past it and that newer lease expired unreleased (the slice that took this very message
+    stalled or died); a released lease at a newer token means the message was already served.
+    The claim bumps the token, stamps owner and expiry (database time, never past the run's
+    own timeout) and counts the slice (`redelivery_count` of a created or running run; the
+    slice resets it when it ends).
     """
-    if not _single_statement(None):
-        return _claim_orm(run_id=run_id, owner=owner, expected_token=expected_token, actor=actor)
-    params: list[Any] = (
+    now = _prep(MotorRun, "started_at", timezone.now())
+    created, running = RunStatus.CREATED.value, RunStatus.RUNNING.value
+    seconds = lease_ttl().total_seconds()
+    test: list[Any] = (
         [owner] if expected_token is None else [expected_token, owner, expected_token + 1]
     )
-    now = timezone.now()
-    created, running = RunStatus.CREATED.value, RunStatus.RUNNING.value
-    params = [
-        run_id,
-        *params,
+    claim_params = [
         owner,
-        lease_ttl(),
-        created,
-        running,
-        created,
-        running,
-        created,
-        now,
-        created,
-        now,
+        *(seconds, seconds),
+        *(created, running),
+        *(created, now),
+        *(created, now),
+        *(created, running),
+        run_id,
+        *test,
+    ]
+    event_params = [
         created,
         running,
         actor,
         _prep(RunEvent, "detail", {}),
+        _prep(RunEvent, "created_at", timezone.now()),
+        run_id,
+        owner,
         now,
-        created,
     ]
-    sql = _claim_sql(expected_token is not None)
-    # A run's first message (token 0) may come while run_start is still committing the run.
-    row = _execute(sql, params, after_creation_of=run_id if expected_token == 0 else None)[1]
-    if row is None:
+    claim, event, read = _claim_sql(expected_token is not None, _postgresql())
+    results = _write(
+        [(claim, claim_params, True), (event, event_params, False), (read, [run_id, owner], True)],
+        durable=False,
+    )
+    (claimed, run_row), _, (_, attempt_row) = results
+    if not claimed or run_row is None or attempt_row is None:
         return None
-    run_fields, attempt_fields = MotorRun._meta.concrete_fields, Attempt._meta.concrete_fields
-    run = _hydrate(MotorRun, run_fields, row[: len(run_fields)])
-    attempt = _hydrate(Attempt, attempt_fields, row[len(run_fields) :])
+    run = _hydrate(MotorRun, MotorRun._meta.concrete_fields, run_row)
+    attempt = _hydrate(Attempt, Attempt._meta.concrete_fields, attempt_row)
     lease = Lease(run_id=run_id, token=run.lease_token, owner=owner, ttl=lease_ttl(run.timeout_s))
     return lease, run, attempt
 
 
 def _hydrate(model: type[Any], fields: Any, values: Any) -> Any:
     """A model instance from one row of its concrete columns, as the ORM would load it."""
-    connection = connections[DEFAULT_DB_ALIAS]
-    converted = [
-        field.from_db_value(value, None, connection)
-        if value is not None and hasattr(field, "from_db_value")
-        else value
-        for field, value in zip(fields, values, strict=True)
-    ]
+    connection = _connection()
+    converted = []
+    for field, value in zip(fields, values, strict=True):
+        # the database backend's converters, then the field's, as a query's compiler applies them
+        column = field.get_col(model._meta.db_table)
+        converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+        for converter in converters:
+            value = converter(value, column, connection)
+        converted.append(value)
     return model.from_db(DEFAULT_DB_ALIAS, [field.attname for field in fields], converted)
-
-
-def _claim_orm(
-    *, run_id: str, owner: str, expected_token: int | None, actor: str
-) -> tuple[Lease, MotorRun, Attempt] | None:
-    return _claimed(
-        lease_claim_run, run_id=run_id, owner=owner, expected_token=expected_token, actor=actor
-    )
 
 
 def ledger_take_over(
@@ -434,75 +507,42 @@ def ledger_take_over(
 ) -> tuple[Lease, MotorRun, Attempt] | None:
     """Claim a run whose live lease belongs to a dead local process (see
     `runs.lease.lease_take_over_from_dead`), starting it when still `created`, like
-    `ledger_claim`. None when its holder is alive or elsewhere."""
-    return _claimed(
-        lease_take_over_from_dead,
-        run_id=run_id,
-        owner=owner,
-        expected_token=expected_token,
-        actor=actor,
-    )
-
-
-def _claimed(
-    claim: Any, *, run_id: str, owner: str, expected_token: int | None, actor: str
-) -> tuple[Lease, MotorRun, Attempt] | None:
-    """`claim` (one of runs.lease's claims, counting the slice) as one ORM transaction with the
-    start of a created run and the read of its current attempt."""
+    `ledger_claim`. None when its holder is alive or elsewhere. Rare (after a worker died):
+    one ORM transaction."""
     with transaction.atomic():
-        claimed = claim(run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True)
+        claimed = lease_take_over_from_dead(
+            run_id=run_id, owner=owner, expected_token=expected_token, count_slice=True
+        )
         if claimed is None:
             return None
         lease, run = claimed
         if run.status == RunStatus.CREATED:
-            _start(run, actor=actor)
+            run.start(at=timezone.now())
+            run.save(update_fields=["status", "started_at", "updated_at"])
+            RunEvent.objects.create(
+                run=run, from_status=RunStatus.CREATED, to_status=run.status, actor=actor, detail={}
+            )
         attempt = Attempt.objects.get(run_id=run_id, index=run.current_attempt_index)
     return lease, run, attempt
 
 
-def _start(run: MotorRun, *, actor: str) -> None:
-    """created → running, with its audit row. Inside the claim's transaction."""
-    run.start(at=timezone.now())
-    run.save(update_fields=["status", "started_at", "updated_at"])
-    RunEvent.objects.create(
-        run=run, from_status=RunStatus.CREATED, to_status=run.status, actor=actor, detail={}
-    )
+# --- a run's creation ----------------------------------------------------------------------------
 
 
 def ledger_insert(*objects: Any, announce: Callable[[], bool] | None = None) -> None:
-    """Insert unsaved model instances whose primary keys are set or generated, all or none.
+    """Insert unsaved model instances whose primary keys are set or generated, all or none, in
+    one write (inside a caller's transaction, a savepoint of it: a refused insert leaves the
+    transaction usable). Foreign keys are checked when the outermost transaction commits.
 
-    Outside a transaction on PostgreSQL one statement (a data-modifying CTE per row), whose
-    foreign keys are checked when it ends; otherwise the ORM's inserts in one transaction (or
-    savepoint), whose foreign keys are checked when the outermost transaction commits.
-
-    `announce` (the first object must be the new MotorRun) tells a worker about the run. It
-    runs once the rows are sure to be found by the worker it reaches, and not at all when they
-    are refused: on commit in general; outside a transaction on PostgreSQL once the rows are
-    written and before their commit, under the run's creation lock (see `_insert_announced`),
-    so the worker is on its way while the commit is flushed. `announce` returns False when the
-    broker refused the message (unreachable): the run is created all the same, with its first
-    wake-up in the outbox (runs.wakeups), in the same commit where there is one.
+    `announce` (the first object must be the new MotorRun) tells a worker about the run, once
+    the rows have committed (at once outside a transaction), and not at all when they are
+    refused. It returns False when the broker refused the message (unreachable): the run stays
+    created, with its first wake-up in the outbox (runs.wakeups). Nothing after the commit
+    fails the creation: an announcement that raises is logged, and its run is found by the
+    reaper as after a crash.
     """
-    connection = connections[DEFAULT_DB_ALIAS]
-    if not _single_statement(None) or connection.in_atomic_block:
-        # Inside a transaction a savepoint keeps a refused insert from aborting it.
-        with transaction.atomic():
-            for obj in objects:
-                obj.save(force_insert=True)
-        if announce is not None:
-            run_id = objects[0].pk
-
-            def announce_or_remember() -> None:
-                if not announce():
-                    wakeup_remember(run_id, 0)
-
-            # robust: the run has committed, so nothing after it may fail the start (a wake-up
-            # neither sent nor kept is found by the reaper, as after a crash)
-            transaction.on_commit(announce_or_remember, robust=True)
-        return
-    parts: list[str] = []
-    params: list[Any] = []
+    connection = _connection()
+    statements: list[Statement] = []
     for obj in objects:
         fields = [
             field
@@ -512,80 +552,21 @@ def ledger_insert(*objects: Any, announce: Callable[[], bool] | None = None) -> 
         columns = ", ".join(_quote(field.column) for field in fields)
         values = ", ".join("%s" for _ in fields)
         table = _quote(obj._meta.db_table)
-        parts.append(f"INSERT INTO {table} ({columns}) VALUES ({values})")  # noqa: S608
-        params += [
-            field.get_db_prep_save(field.pre_save(obj, True), connection) for field in fields
-        ]
-    *head, last = parts
-    ctes = ", ".join(f"i{index} AS ({part})" for index, part in enumerate(head))
-    sql = f"WITH {ctes} {last}" if ctes else last
-    if announce is None:
-        _execute(sql, params)
-    else:
-        _insert_announced(objects[0].pk, sql, params, announce)
-    for obj in objects:
+        sql = f"INSERT INTO {table} ({columns}) VALUES ({values}) RETURNING {_quote(obj._meta.pk.column)}"  # noqa: S608 - quoted model names; values are parameters
+        params = [field.get_db_prep_save(field.pre_save(obj, True), connection) for field in fields]
+        statements.append((sql, params, True))
+    results = _write(statements)
+    for obj, (_, row) in zip(objects, results, strict=True):
+        if obj.pk is None:
+            obj.pk = row[0]
         obj._state.adding = False
         obj._state.db = DEFAULT_DB_ALIAS
+    if announce is None:
+        return
+    run_id = objects[0].pk
 
+    def announce_or_remember() -> None:
+        if not announce():
+            wakeup_remember(run_id, 0)
 
-# --- a run's creation and its first message ------------------------------------------------------
-
-#: first key of the advisory lock a run's creation holds until its commit (the second key is
-#: derived from the run id, `_creation_key`)
-CREATION_LOCK = 0x6D63
-#: a creating transaction left idle this long (its announcement stuck) is ended by PostgreSQL,
-#: which releases a worker waiting for it; the creation then fails and nothing is created
-CREATION_IDLE_TIMEOUT = "10s"
-
-
-_TAKE_CREATION_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"
-#: runs.wakeups.wakeup_remember, inside the creating transaction
-_REMEMBER_WAKEUP = (
-    f"INSERT INTO {PendingWakeup._meta.db_table} (run_id, token, created_at) "  # noqa: S608 - our table
-    "VALUES (%s, %s, STATEMENT_TIMESTAMP()) ON CONFLICT DO NOTHING"
-)
-_AWAIT_CREATION = "SELECT pg_advisory_xact_lock_shared(%s, %s)"
-
-
-def _creation_key(run_id: str) -> int:
-    """The run's creation lock's second key: a signed 32-bit hash of its id (two runs that share
-    one only make a first claim wait for the other's commit, never for longer)."""
-    return zlib.crc32(run_id.encode()) - 2**31
-
-
-def _insert_announced(
-    run_id: str, sql: str, params: list[Any], announce: Callable[[], bool]
-) -> None:
-    """Insert a new run with `sql`, call `announce` (its first message), then commit, so that
-    the worker's wake-up overlaps the commit.
-
-    One round trip opens the transaction, takes the run's creation lock and inserts, with the
-    foreign keys checked at once: a refused run (unknown agent, agent busy) fails before it is
-    announced. A first claim (`ledger_claim` for token 0) waits for the creation lock before
-    it reads, so it finds the run once committed, or nothing (and drops the message) if the
-    commit fails or the creator dies before it. A message the broker refused goes to the
-    outbox in the same transaction.
-    """
-    connection = connections[DEFAULT_DB_ALIAS]
-    connection.ensure_connection()
-    conn = connection.connection
-    with connection.wrap_database_errors, psycopg.Cursor(conn) as cursor:
-        try:
-            with conn.pipeline():
-                cursor.execute("BEGIN")
-                cursor.execute(
-                    f"SET LOCAL idle_in_transaction_session_timeout = '{CREATION_IDLE_TIMEOUT}'"
-                )
-                cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-                cursor.execute(
-                    _TAKE_CREATION_LOCK, [CREATION_LOCK, _creation_key(run_id)], prepare=True
-                )
-                cursor.execute(sql, params, prepare=True)
-            if not announce():
-                cursor.execute(_REMEMBER_WAKEUP, [run_id, 0], prepare=True)
-            cursor.execute("COMMIT")
-        except BaseException:
-            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                with contextlib.suppress(psycopg.Error):
-                    cursor.execute("ROLLBACK")
-            raise
+    transaction.on_commit(announce_or_remember, robust=True)

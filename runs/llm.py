@@ -21,6 +21,7 @@ import openai
 from django.conf import settings
 
 from runs.errors import LLMUnavailable
+from runs.metrics import llm_timer, llm_usage_record
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +171,12 @@ def llm_chat(
 
 
 def _chat(client: openai.OpenAI, kwargs: dict[str, Any], model: str) -> LLMReply:
+    with llm_timer(model):
+        raw = _post(client, kwargs, model)
+    return _parse_reply(raw, model)
+
+
+def _post(client: openai.OpenAI, kwargs: dict[str, Any], model: str) -> bytes:
     try:
         # The plain POST of `chat.completions.create`, with the body serialized here and the
         # answer read here: the typed path walks every message through the request schema,
@@ -182,7 +189,7 @@ def _chat(client: openai.OpenAI, kwargs: dict[str, Any], model: str) -> LLMReply
         raise LLMUnavailable(
             f"LLM call to model {model!r} failed: {exc.__class__.__name__}: {exc}"
         ) from exc
-    return _parse_reply(raw, model)
+    return raw
 
 
 def _arguments_text(arguments: Any) -> str:
@@ -200,6 +207,7 @@ def _parse_reply(raw: bytes, model: str) -> LLMReply:
         if not choices:
             raise LLMUnavailable(f"LLM call to model {model!r} returned no choices")
         message = choices[0]["message"]
+        llm_usage_record(model, data.get("usage"))
         calls = tuple(
             ToolCall(
                 id=str(call.get("id") or ""),

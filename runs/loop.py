@@ -21,15 +21,10 @@ from django.db import transaction
 
 from runs.crashpoints import crash_point
 from runs.credentials import (
-    _missing_credentials,
-    _pause_for_credentials,
-    _resolve_credentials,
-    _resolved_once,
-    intercept_save_call,
-    redact,
-    saved_values,
-    scrub_unparsable_save_call,
-    store_saved,
+    credentials_gate,
+    reply_secure,
+    run_credentials_once,
+    run_credentials_read,
 )
 from runs.db import release_db_connection
 from runs.db_outage import DATABASE_UNAVAILABLE, slice_after_database_loss
@@ -39,17 +34,16 @@ from runs.errors import (
     LLMUnavailable,
 )
 from runs.finishing import (
-    _end_slice,
-    _fail_budget,
-    _fail_locked,
-    _fail_timeout,
-    _final_reply,
-    _finish_completed,
+    reply_final,
+    run_fail_budget,
+    run_fail_fenced,
+    run_fail_timeout,
+    run_finish_completed,
+    slice_end,
 )
 from runs.lease import (
     Lease,
     default_owner,
-    lease_fence,
     lease_release,
 )
 from runs.ledger import (
@@ -58,7 +52,9 @@ from runs.ledger import (
     ledger_take_over,
 )
 from runs.llm import LLMReply
-from runs.llm_request import FirstCallAhead, _call_llm
+from runs.llm_request import _call_llm
+from runs.logcontext import log_context_bind
+from runs.metrics import ITERATIONS
 from runs.models import (
     ACTIVE_STATUSES,
     MAX_ITERATIONS_CEILING,
@@ -69,17 +65,11 @@ from runs.models import (
     Step,
 )
 from runs.mutex import mutex_hold
-from runs.pipeline import _perform_call
-from runs.pipeline.decide import _runs_at_once, _save_denial, _save_offered
-from runs.pipeline.intent import _intent_step
+from runs.pipeline import call_perform, intent_ahead
 from runs.policy_gate import standing_of
 from runs.records import SliceOutcome
 from runs.sessions import open_run_sessions, run_session_close
-from runs.tools import (
-    SAVE_CREDENTIAL,
-    SandboxSlot,
-    parse_arguments,
-)
+from runs.tools import SandboxSlot
 
 logger = logging.getLogger(__name__)
 
@@ -114,14 +104,9 @@ def run_step(
     owner: str | None = None,
     client: openai.OpenAI | None = None,
     credentials: Callable[[MotorRun], dict[str, str]] | None = None,
-    ahead: dict[str, Any] | None = None,
 ) -> SliceOutcome:
     """Advance `run_id` by one slice: iterations (one LLM call and the tool calls it asks for)
     until the run pauses or ends, or MOTOR_SLICE_SECONDS have passed.
-
-    `ahead` (a new run's first message carries it, see `FirstCallAhead`) lets the first LLM
-    request go out while the run is claimed; its answer is used only if the claimed run asks
-    exactly that request.
 
     Safe to call any number of times for the same run (redelivery, duplicates): the lease lets
     one slice write, and the Step ledger means a recorded tool call never runs again.
@@ -134,7 +119,6 @@ def run_step(
     its next fenced write.
     """
     owner = owner or default_owner()
-    early = FirstCallAhead.start(ahead, client) if ahead and expected_token == 0 else None
     actor = f"worker:{owner}"
     try:
         _close_sessions_of_finished_runs(current=run_id)
@@ -146,31 +130,23 @@ def run_step(
         )
         exists = claimed is not None or MotorRun.objects.filter(pk=run_id).exists()
     except DATABASE_UNAVAILABLE as exc:
-        if early is not None:
-            early.drop()
         slice_after_database_loss(run_id=run_id, owner=owner, error=exc)
         return SliceOutcome.DATABASE_LOST
     if claimed is None:
-        if early is not None:
-            early.drop()
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
     lease, run, attempt = claimed
     outcome: SliceOutcome | None = None
     try:
         # one resolution per slice: the missing-credential check, the reply's redaction and each
         # tool call all need the same values
-        resolve = _resolved_once(credentials or _resolve_credentials)
-        outcome = _run_slice(
-            lease, run, attempt, owner=owner, client=client, credentials=resolve, early=early
-        )
+        resolve = run_credentials_once(credentials or run_credentials_read)
+        outcome = _run_slice(lease, run, attempt, owner=owner, client=client, credentials=resolve)
         return outcome
     except DATABASE_UNAVAILABLE as exc:
         # Transient: end the slice cleanly, the run goes on (runs.db_outage).
         slice_after_database_loss(run_id=run_id, owner=owner, error=exc)
         return SliceOutcome.DATABASE_LOST
     finally:
-        if early is not None:
-            early.drop()
         # The session stays warm while the run goes on (or waits for an answer); it ends with
         # the run, when this slice lost the lease, and when the slice failed unexpectedly.
         if outcome not in (SliceOutcome.CONTINUED, SliceOutcome.PAUSED):
@@ -213,7 +189,6 @@ def _run_slice(
     owner: str,
     client: openai.OpenAI | None,
     credentials: Callable[[MotorRun], dict[str, str]] | None,
-    early: FirstCallAhead | None = None,
 ) -> SliceOutcome:
     """One slice on the claimed `run` and its current `attempt` (as the claim returned them).
 
@@ -232,7 +207,7 @@ def _run_slice(
         # The claim counted this slice; the count before it is how many slices never ended.
         unfinished = run.redelivery_count - 1
         if unfinished >= limit:
-            return _fail_locked(
+            return run_fail_fenced(
                 lease,
                 run,
                 attempt,
@@ -244,13 +219,12 @@ def _run_slice(
         # time paused for a human (waited_s) is not part of the run's budget
         deadline = (run.started_at or run.created_at).timestamp() + run.timeout_s + run.waited_s
         if time.time() > deadline:
-            return _fail_timeout(lease, run, attempt, actor=actor)
-        if run.credential_names:
-            missing = _missing_credentials(run, credentials)
-            if missing:
-                with transaction.atomic():
-                    lease_fence(lease)
-                    return _pause_for_credentials(run, attempt, lease, missing, actor=actor)
+            return run_fail_timeout(lease, run, attempt, actor=actor)
+        paused = credentials_gate(
+            lease, run, attempt, credentials or run_credentials_read, actor=actor
+        )
+        if paused is not None:
+            return paused
 
         slot = SandboxSlot(
             run_id=run.id,
@@ -273,22 +247,20 @@ def _run_slice(
                 credentials=credentials,
                 actor=actor,
                 slice_ends_at=slice_ends_at,
-                early=early,
             )
-            early = None  # only ever the slice's first LLM call
             if outcome is not None:
                 return outcome
             if time.time() > deadline:
-                return _fail_timeout(lease, run, attempt, actor=actor)
+                return run_fail_timeout(lease, run, attempt, actor=actor)
         with transaction.atomic():
-            _end_slice(lease)
+            slice_end(lease)
         return SliceOutcome.CONTINUED
     except LeaseLost:
         logger.info("run %s: lease lost by %s; stopping this slice", run_id, owner)
         return SliceOutcome.LEASE_LOST
     except CredentialResolverFailed as exc:
         try:
-            return _fail_locked(
+            return run_fail_fenced(
                 lease,
                 run,
                 attempt,
@@ -323,11 +295,9 @@ def _run_iteration(
     credentials: Callable[[MotorRun], dict[str, str]] | None,
     actor: str,
     slice_ends_at: float,
-    early: FirstCallAhead | None = None,
 ) -> SliceOutcome | None:
     """One iteration of the loop: the LLM call when no requested call is pending, then the
     pending tool calls in order. None: the iteration is recorded and the slice may go on.
-    `early`: that LLM call, made ahead of the claim, used if it is the one this run asks.
 
     Once the slice's time is up (`slice_ends_at`, time.monotonic()) when the iteration's last
     result is recorded, that same commit releases the lease and queues the next slice, and the
@@ -339,25 +309,20 @@ def _run_iteration(
     model, reasoning = "", ""
     fresh = False
     recorded: Step | None = None  # the first call's intent, written with the reply
-    if _final_reply(attempt) is not None:
+    if reply_final(attempt) is not None:
         # The model already answered; a crash hit the finishing steps. Finish again.
-        return _finish_completed(lease, run, attempt, actor=actor)
+        return run_finish_completed(lease, run, attempt, actor=actor)
     if not pending:
         if attempt.iteration >= attempt.max_iterations:
-            return _fail_budget(lease, run, attempt, actor=actor)
+            return run_fail_budget(lease, run, attempt, actor=actor)
         # A run granted sandbox tools gets its session while the model thinks: the first call
         # then finds it open instead of waiting for the sandbox to start. It starts once the
         # request is out: starting a sandbox forks this process, which would otherwise hold up
         # the request's own work (the interpreter lock) by milliseconds.
         release_db_connection()
-        reply = early.take(run, attempt) if early is not None else None
-        if reply is not None:
-            if run.tools:
-                slot.prewarm()
-        else:
-            reply = _call_llm(run, attempt, client, on_sent=slot.prewarm if run.tools else None)
+        reply = _call_llm(run, attempt, client, on_sent=slot.prewarm if run.tools else None)
         if isinstance(reply, LLMUnavailable):
-            return _fail_locked(
+            return run_fail_fenced(
                 lease,
                 run,
                 attempt,
@@ -377,7 +342,7 @@ def _run_iteration(
         fresh = True  # this iteration is new: none of its calls has a Step row yet
 
     for position, (call_index, call) in enumerate(pending):
-        outcome = _perform_call(
+        outcome = call_perform(
             lease,
             run,
             attempt,
@@ -397,7 +362,7 @@ def _run_iteration(
             return outcome
     if time.monotonic() >= slice_ends_at:
         with transaction.atomic():
-            _end_slice(lease)
+            slice_end(lease)
         return SliceOutcome.CONTINUED
     return None
 
@@ -413,77 +378,23 @@ def _record_reply(
 ) -> tuple[SliceOutcome | None, Step | None]:
     """Store the assistant message; finish the run when it asked for no tool call.
 
-    When its first call can run at once (`_runs_at_once`), that call's intent is written with
-    the message, and returned: the call may start.
+    When its first call can run at once (`runs.pipeline.intent_ahead`), that call's intent is
+    written with the message, and returned: the call may start.
 
-    Credential values never reach the stored message: the value of a save_credential call is
-    moved into the run's encrypted store (when its name is in scope) and replaced by its
-    placeholder, and every value the run knows is replaced wherever the model repeated it.
+    Credential values never reach the stored message (`runs.credentials.reply_secure`).
     """
-    message = reply.as_message()
-    known = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
-    intercepted: dict[str, str] = {}
-    for call in message.get("tool_calls") or []:
-        function = call["function"]
-        if function["name"] != SAVE_CREDENTIAL:
-            continue
-        parsed = intercept_save_call(str(function.get("arguments") or ""))
-        if parsed is None:
-            function["arguments"] = scrub_unparsable_save_call(str(function.get("arguments") or ""))
-            continue
-        name, value, redacted = parsed
-        function["arguments"] = redacted
-        # Out of scope: the value is dropped here; the call is answered "denied" later.
-        if _save_offered(run) and _save_denial(run, name) is None:
-            intercepted[name] = value
-        else:
-            known.setdefault(name, value)
-    if intercepted:
-        with transaction.atomic():
-            lease_fence(lease)
-            store_saved(run, intercepted)
-            MotorRun.objects.filter(pk=run.pk).update(saved_credentials=run.saved_credentials)
-            known.update(intercepted)
-            attempt.iteration += 1
-            attempt.messages = [*attempt.messages, redact(message, known)]
-            attempt.save(update_fields=["iteration", "messages"])
-        intent = None
-    else:
-        stored = redact(message, known)
-        intent = _first_intent(lease, run, attempt, stored, model=reply.model)
+    stored = reply_secure(
+        lease, run, attempt, reply.as_message(), credentials or run_credentials_read
+    )
+    intent = None
+    if stored is not None:
+        intent = intent_ahead(lease, run, attempt, stored, model=reply.model)
         if intent is not None:
             # the reply and this intent are written together: there is no moment between them
             crash_point("before_step")
         ledger_record_reply(lease, attempt, stored, intent=intent)
+    ITERATIONS.inc()
+    log_context_bind(iteration=attempt.iteration)
     if reply.tool_calls:
         return None, intent
-    return _finish_completed(lease, run, attempt, actor=actor), None
-
-
-def _first_intent(
-    lease: Lease, run: MotorRun, attempt: Attempt, stored: dict[str, Any], *, model: str
-) -> Step | None:
-    """The intent of the first call of the reply `stored` (as it will be stored), when that call
-    can run at once; None otherwise (it then goes through `_perform_call`'s general path)."""
-    calls = stored.get("tool_calls") or []
-    if not calls:
-        return None
-    call = calls[0]
-    name = str(call["function"]["name"])
-    raw_arguments = str(call["function"].get("arguments") or "{}")
-    arguments = parse_arguments(raw_arguments)
-    if not _runs_at_once(run, name, arguments):
-        return None
-    reasoning = str(stored.get("content") or "")
-    return _intent_step(
-        lease,
-        attempt,
-        0,
-        call,
-        name,
-        arguments,
-        raw_arguments,
-        model,
-        reasoning,
-        next_iteration=True,
-    )
+    return run_finish_completed(lease, run, attempt, actor=actor), None

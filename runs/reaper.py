@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from runs.finishing import _finish_failed
+from runs.finishing import run_finish_failed
 from runs.lease import owner_is_dead
 from runs.models import (
     ApprovalRequest,
@@ -23,7 +23,7 @@ from runs.models import (
     MotorRun,
     RunStatus,
 )
-from runs.records import _current_attempt, _enqueue_step, _lock_run, _signal
+from runs.records import attempt_lock_current, motor_result_emit, run_lock, run_wake
 
 
 class ReapReport(TypedDict):
@@ -49,7 +49,7 @@ def run_reap(*, actor: str = "reaper") -> ReapReport:
     )
     woken: list[str] = []
     for run_id, token in stalled.values_list("id", "lease_token"):
-        _enqueue_step(run_id, token)
+        run_wake(run_id, token)
         woken.append(run_id)
     # A live lease held by a process of this host that no longer exists (a threads worker killed
     # with all its slices: no parent process is left to hand their messages back): wake the run
@@ -59,7 +59,7 @@ def run_reap(*, actor: str = "reaper") -> ReapReport:
     )
     for run_id, token, holder in held_here.values_list("id", "lease_token", "lease_owner"):
         if owner_is_dead(holder):
-            _enqueue_step(run_id, token)
+            run_wake(run_id, token)
             woken.append(run_id)
 
     timeout = timedelta(
@@ -71,12 +71,12 @@ def run_reap(*, actor: str = "reaper") -> ReapReport:
     ).values_list("id", flat=True)
     for run_id in waiting:
         with transaction.atomic():
-            run = _lock_run(run_id)
+            run = run_lock(run_id)
             if run.status != RunStatus.AWAITING_INPUT or run.updated_at >= now - timeout:
                 continue  # answered meanwhile
-            _finish_failed(
+            run_finish_failed(
                 run,
-                _current_attempt(run),
+                attempt_lock_current(run),
                 category=FailureCategory.TIMEOUT,
                 message="User response timeout",
                 retryable=True,
@@ -89,16 +89,16 @@ def run_reap(*, actor: str = "reaper") -> ReapReport:
         status=ApprovalStatus.PENDING, expires_at__lt=now
     ).values_list("id", "run_id"):
         with transaction.atomic():
-            run = _lock_run(run_id)
+            run = run_lock(run_id)
             approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
             if approval.status != ApprovalStatus.PENDING:
                 continue  # decided meanwhile
             approval.expire(at=now)
             approval.save(update_fields=["status", "decided_at"])
             if run.status == RunStatus.AWAITING_APPROVAL:
-                _finish_failed(
+                run_finish_failed(
                     run,
-                    _current_attempt(run),
+                    attempt_lock_current(run),
                     category=FailureCategory.TIMEOUT,
                     message="Approval timeout",
                     retryable=True,
@@ -132,6 +132,6 @@ def run_reemit_pending_questions(
         if run.missing_credentials:
             payload["missing_credentials"] = list(run.missing_credentials)
         with transaction.atomic():
-            signal = _signal(run, payload)
+            signal = motor_result_emit(run, payload)
         ids.append(signal.id)
     return ids

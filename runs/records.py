@@ -32,19 +32,21 @@ class SliceOutcome(enum.StrEnum):
     DATABASE_LOST = "database_lost"  # the connection failed; lease released, run woken again
 
 
-def _enqueue_step(run_id: str, token: int) -> None:
+def run_wake(run_id: str, token: int) -> None:
     """Wake a worker for the run; `token` is the lease token the message is meant for. An
     unreachable broker leaves the message in the outbox (runs.wakeups)."""
     wake_up(run_id, token)
 
 
-def _event(run: MotorRun, *, from_status: str, actor: str, **detail: object) -> None:
+def event_record(run: MotorRun, *, from_status: str, actor: str, **detail: object) -> None:
+    """Write the audit row of the run's move from `from_status` to its current status."""
     RunEvent.objects.create(
         run=run, from_status=from_status, to_status=run.status, actor=actor, detail=detail
     )
 
 
-def _signal(run: MotorRun, payload: dict[str, Any]) -> Signal:
+def motor_result_emit(run: MotorRun, payload: dict[str, Any]) -> Signal:
+    """Emit the run's motor_result signal (high priority) in the caller's transaction."""
     return signal_emit(
         agent_id=run.agent_id,
         kind=SignalKind.MOTOR_RESULT,
@@ -54,11 +56,13 @@ def _signal(run: MotorRun, payload: dict[str, Any]) -> Signal:
     )
 
 
-def _current_attempt(run: MotorRun) -> Attempt:
+def attempt_lock_current(run: MotorRun) -> Attempt:
+    """The run's current attempt, locked for the caller's transaction."""
     return Attempt.objects.select_for_update().get(run=run, index=run.current_attempt_index)
 
 
-def _lock_run(run_id: str) -> MotorRun:
+def run_lock(run_id: str) -> MotorRun:
+    """The run, locked for the caller's transaction; RunNotFound when there is none."""
     from runs.errors import RunNotFound
 
     try:

@@ -17,7 +17,7 @@ from django.apps import apps
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from runs.credentials import _missing_credentials
+from runs.credentials import run_credentials_missing
 from runs.domains import check_allowed_domains
 from runs.errors import (
     CredentialsStillMissing,
@@ -25,9 +25,9 @@ from runs.errors import (
     InvalidTransition,
     MotorBusy,
 )
-from runs.finishing import _finish_failed, _last_step_label
+from runs.finishing import run_finish_failed, step_last_label
 from runs.ledger import ledger_insert
-from runs.llm_request import FirstCallAhead, runtime_warm
+from runs.llm_request import runtime_warm
 from runs.loop import run_step
 from runs.models import (
     ACTIVE_STATUSES,
@@ -50,9 +50,16 @@ from runs.models import (
     new_run_id,
 )
 from runs.mutex import mutex_hold, mutex_release, mutex_reserve
-from runs.pipeline.record import _complete_step
+from runs.pipeline.record import step_complete
 from runs.reaper import ReapReport, run_reap, run_reemit_pending_questions
-from runs.records import SliceOutcome, _current_attempt, _enqueue_step, _event, _lock_run, _signal
+from runs.records import (
+    SliceOutcome,
+    attempt_lock_current,
+    event_record,
+    motor_result_emit,
+    run_lock,
+    run_wake,
+)
 from runs.tools import (
     ASK_USER,
     REQUEST_APPROVAL,
@@ -220,12 +227,9 @@ def run_start(
             messages=[{"role": "user", "content": task}],
         )
         event = RunEvent(run=run, from_status="", to_status=run.status, actor=actor, detail={})
-        ahead = FirstCallAhead.inputs(run)
-        # The first message goes out with the insert (see ledger_insert), whose foreign key
-        # checks that the agent exists; the fast-path key is extended once it committed.
-        ledger_insert(
-            run, attempt, event, announce=lambda: wake_up(run_id, 0, ahead, remember=False)
-        )
+        # The first message goes out once the insert committed (see ledger_insert), whose
+        # foreign key checks that the agent exists; so is the fast-path key extended.
+        ledger_insert(run, attempt, event, announce=lambda: wake_up(run_id, 0, remember=False))
         transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
     except IntegrityError as exc:
         if reserved:
@@ -263,7 +267,7 @@ def _resume_with_credentials(
 
     Raises CredentialsStillMissing (nothing changed) naming the ones still not set.
     """
-    still = _missing_credentials(run, credentials)
+    still = run_credentials_missing(run, credentials)
     if still:
         raise CredentialsStillMissing(
             f"run {run.id} still needs the credential{'s' if len(still) > 1 else ''} "
@@ -272,7 +276,7 @@ def _resume_with_credentials(
             run_id=run.id,
             missing=", ".join(still),
         )
-    attempt = _current_attempt(run)
+    attempt = attempt_lock_current(run)
     attempt.resume()
     attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
     previous = run.status
@@ -285,9 +289,9 @@ def _resume_with_credentials(
         run.waited_s = 0
         fields.append("started_at")
     run.save(update_fields=fields)
-    _event(run, from_status=previous, actor=actor, credentials_provided=True)
+    event_record(run, from_status=previous, actor=actor, credentials_provided=True)
     token, run_id = run.lease_token, run.id
-    transaction.on_commit(lambda: _enqueue_step(run_id, token))
+    transaction.on_commit(lambda: run_wake(run_id, token))
     return {"run_id": run_id, "previous_status": previous, "new_status": run.status}
 
 
@@ -303,7 +307,7 @@ def run_credentials_provided(
     credentials, and CredentialsStillMissing when some are still not set.
     """
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = run_lock(run_id)
         if run.status != RunStatus.AWAITING_INPUT or not run.missing_credentials:
             raise InvalidTransition(
                 f"run {run_id} is {run.status} and waits for no credential",
@@ -323,7 +327,7 @@ def run_respond(*, run_id: str, answer: str, actor: str) -> RunTransitioned:
     if not answer or not answer.strip():
         raise InvalidRunParams("answer: must not be empty", field="answer")
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = run_lock(run_id)
         if run.status != RunStatus.AWAITING_INPUT:
             raise InvalidTransition(
                 f"run {run_id} is {run.status}; only a run awaiting input takes an answer",
@@ -334,20 +338,20 @@ def run_respond(*, run_id: str, answer: str, actor: str) -> RunTransitioned:
             # The answer is never stored: it may be the very value that must not be in a chat.
             # The run goes on when every credential is now set, and refuses otherwise.
             return _resume_with_credentials(run, actor=actor)
-        attempt = _current_attempt(run)
+        attempt = attempt_lock_current(run)
         step = Step.objects.select_for_update().get(
             attempt=attempt, tool_call_id=attempt.pending_tool_call_id, tool=ASK_USER
         )
         result = envelope(ok=True, output=answer, provenance="user")
-        _complete_step(run, attempt, step, result)
+        step_complete(run, attempt, step, result)
         attempt.resume()
         attempt.save(update_fields=["status", "pending_question", "pending_tool_call_id"])
         previous = run.status
         run.resume()
         run.save(update_fields=["status", "waited_s", "updated_at"])
-        _event(run, from_status=previous, actor=actor)
+        event_record(run, from_status=previous, actor=actor)
         token = run.lease_token
-        transaction.on_commit(lambda: _enqueue_step(run_id, token))
+        transaction.on_commit(lambda: run_wake(run_id, token))
     return {"run_id": run_id, "previous_status": previous, "new_status": run.status}
 
 
@@ -362,20 +366,20 @@ def run_cancel(
     Raises InvalidTransition (nothing changed) for a terminal run.
     """
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = run_lock(run_id)
         if run.status not in ACTIVE_STATUSES:
             raise InvalidTransition(
                 f"run {run_id} is {run.status}; only an active run can be cancelled",
                 run_id=run_id,
                 status=run.status,
             )
-        attempt = _current_attempt(run)
+        attempt = attempt_lock_current(run)
         now = timezone.now()
         failure = {
             "category": FailureCategory.CANCELLED.value,
             "retryable": False,
             "message": reason,
-            "last_step": _last_step_label(attempt),
+            "last_step": step_last_label(attempt),
             "hint": "",
         }
         if attempt.status in (AttemptStatus.COMPLETED, AttemptStatus.FAILED):
@@ -409,9 +413,9 @@ def run_cancel(
                 "updated_at",
             ]
         )
-        _event(run, from_status=previous, actor=actor, reason=reason)
+        event_record(run, from_status=previous, actor=actor, reason=reason)
         if emit_signal:
-            _signal(
+            motor_result_emit(
                 run,
                 {
                     "run_id": run.id,
@@ -425,7 +429,7 @@ def run_cancel(
         transaction.on_commit(lambda: mutex_release(agent_id=agent_id, run_id=run_id))
         # A slice in progress is killed by its call watch; an idle run's session is closed by the
         # worker that takes this message (or by the idle timeout in any other process).
-        transaction.on_commit(lambda: _enqueue_step(run_id, token))
+        transaction.on_commit(lambda: run_wake(run_id, token))
     return {"run_id": run_id, "previous_status": previous, "new_status": run.status}
 
 
@@ -437,7 +441,7 @@ def run_retry(*, run_id: str, guidance: str, actor: str) -> RunTransitioned:
     MotorBusy when the agent started another run meanwhile.
     """
     with transaction.atomic():
-        run = _lock_run(run_id)
+        run = run_lock(run_id)
         if run.status != RunStatus.FAILED:
             raise InvalidTransition(
                 f"run {run_id} is {run.status}; only a failed run can be retried",
@@ -450,7 +454,7 @@ def run_retry(*, run_id: str, guidance: str, actor: str) -> RunTransitioned:
                 run_id=run_id,
                 status=run.status,
             )
-        previous_attempt = _current_attempt(run)
+        previous_attempt = attempt_lock_current(run)
         previous = run.status
         run.retry()
         try:
@@ -485,15 +489,15 @@ def run_retry(*, run_id: str, guidance: str, actor: str) -> RunTransitioned:
             },
         )
         MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0, idle_since=timezone.now())
-        _event(run, from_status=previous, actor=actor, attempt=run.current_attempt_index)
+        event_record(run, from_status=previous, actor=actor, attempt=run.current_attempt_index)
         token, agent_id = run.lease_token, run.agent_id
         transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
-        transaction.on_commit(lambda: _enqueue_step(run_id, token))
+        transaction.on_commit(lambda: run_wake(run_id, token))
     return {"run_id": run_id, "previous_status": previous, "new_status": run.status}
 
 
 def _pending_approval(run_id: str, approval_id: int) -> tuple[MotorRun, Attempt, ApprovalRequest]:
-    run = _lock_run(run_id)
+    run = run_lock(run_id)
     if run.status != RunStatus.AWAITING_APPROVAL:
         raise InvalidTransition(
             f"run {run_id} is {run.status}; only a run awaiting approval takes a decision",
@@ -512,7 +516,7 @@ def _pending_approval(run_id: str, approval_id: int) -> tuple[MotorRun, Attempt,
             run_id=run_id,
             approval_id=approval_id,
         )
-    return run, _current_attempt(run), approval
+    return run, attempt_lock_current(run), approval
 
 
 def _resume_after_decision(run: MotorRun, attempt: Attempt, *, actor: str, **detail: object) -> str:
@@ -521,9 +525,9 @@ def _resume_after_decision(run: MotorRun, attempt: Attempt, *, actor: str, **det
     previous = run.status
     run.resume()
     run.save(update_fields=["status", "waited_s", "updated_at"])
-    _event(run, from_status=previous, actor=actor, **detail)
+    event_record(run, from_status=previous, actor=actor, **detail)
     token, run_id = run.lease_token, run.id
-    transaction.on_commit(lambda: _enqueue_step(run_id, token))
+    transaction.on_commit(lambda: run_wake(run_id, token))
     return previous
 
 
@@ -539,7 +543,7 @@ def run_approve(*, run_id: str, approval_id: int, actor: str) -> RunTransitioned
         if approval.expires_at <= now:
             approval.expire(at=now)
             approval.save(update_fields=["status", "decided_at"])
-            _finish_failed(
+            run_finish_failed(
                 run,
                 attempt,
                 category=FailureCategory.TIMEOUT,
@@ -557,7 +561,7 @@ def run_approve(*, run_id: str, approval_id: int, actor: str) -> RunTransitioned
         step = approval.step
         if step is not None and step.tool == REQUEST_APPROVAL:
             tool = approval.action.get("tool")
-            _complete_step(
+            step_complete(
                 run,
                 attempt,
                 step,
@@ -581,7 +585,7 @@ def run_reject(*, run_id: str, approval_id: int, actor: str, note: str = "") -> 
         approval.reject(at=timezone.now())
         approval.save(update_fields=["status", "decided_at"])
         if approval.step is not None:
-            _complete_step(
+            step_complete(
                 run,
                 attempt,
                 approval.step,

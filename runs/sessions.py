@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connections
 
+from runs.metrics import EGRESS_DECISIONS, SANDBOX_SESSIONS_OPEN, SANDBOX_STARTS
 from runs.models import MotorRun
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ def run_session_get(
     registry = _sessions()
     session = registry.get(run_id)
     if session is not None and not session.closed:
+        SANDBOX_STARTS.labels(kind="warm").inc()
         return session
     if session is not None:
         registry.forget(session)
@@ -82,13 +84,22 @@ def run_session_get(
         network=NetworkPolicy(allowed_domains=allowed_domains),
         limits=replace(Limits(), idle_timeout_s=idle_timeout_s()),
         session_id=run_id,
+        on_connection=_count_egress,
     )
-    return open_session(
+    opened = open_session(
         spec,
         settings.SANDBOX_BACKEND,
         allow_local=bool(getattr(settings, "SANDBOX_ALLOW_LOCAL", False)),
         session_registry=registry,
     )
+    SANDBOX_STARTS.labels(kind="cold").inc()
+    SANDBOX_SESSIONS_OPEN.set(len(open_run_sessions()))
+    return opened
+
+
+def _count_egress(report: Any) -> None:  # sandbox.types.ConnectionReport
+    """Each connection the run's egress proxy decided on, by verdict and reason."""
+    EGRESS_DECISIONS.labels(decision=report.verdict, reason=report.reason).inc()
 
 
 def run_session_peek(run_id: str) -> Any:
@@ -106,6 +117,7 @@ def run_session_close(run_id: str) -> bool:
         session.close()
     except Exception:  # noqa: BLE001 - closing is best effort; the sandbox dies with us anyway
         logger.exception("closing the sandbox session of run %s failed", run_id)
+    SANDBOX_SESSIONS_OPEN.set(len(open_run_sessions()))
     return True
 
 

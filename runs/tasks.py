@@ -17,28 +17,27 @@ from celery import shared_task
     reject_on_worker_lost=True,
     ignore_result=True,
 )
-def run_step_task(
-    self: Any, run_id: str, token: int | None = None, ahead: dict[str, Any] | None = None
-) -> str:
+def run_step_task(self: Any, run_id: str, token: int | None = None, ahead: object = None) -> str:
     """Advance one run by one slice. A missing, finished or already served run is a no-op.
 
-    `ahead`: a new run's first LLM request, sent while the run is claimed (services). Not for a
-    message the broker delivers again (its worker died): that run has most likely moved on, and
-    the request would only be an unused LLM call.
+    `ahead` is ignored: a new run's first message from an earlier version may carry its first
+    LLM request, which that version sent while the run was claimed.
     """
     from runs.services import run_step
 
-    if ahead is not None and (self.request.delivery_info or {}).get("redelivered"):
-        ahead = None
-    return run_step(run_id=run_id, expected_token=token, ahead=ahead).value
+    return run_step(run_id=run_id, expected_token=token).value
 
 
 @shared_task(name="runs.run_reap", ignore_result=True)
 def run_reap_task() -> dict[str, list[str]]:
     """Periodic (celery-beat, every minute): wake stalled runs, time out unanswered questions."""
+    from runs.metrics import REAPER_ACTIONS
     from runs.services import run_reap
 
-    return dict(run_reap())
+    report = dict(run_reap())
+    REAPER_ACTIONS.labels(action="woken").inc(len(report.get("woken", ())))
+    REAPER_ACTIONS.labels(action="timed_out").inc(len(report.get("timed_out", ())))
+    return report
 
 
 @shared_task(name="runs.run_reemit_pending_questions", ignore_result=True)

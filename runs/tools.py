@@ -1,7 +1,10 @@
-"""The run's tool belt: granted sandbox tools (via the sandbox library) plus host-side tools.
+"""The run's tool belt: granted sandbox tools (via the sandbox library), tools of other kinds
+described by a registered `ToolManifest`, plus host-side tools.
 
 Sandbox tools run through `sandbox.tools.execute_tool` in a session opened for the run. Host-side
-("synthetic") tools never reach the sandbox: `ask_user` pauses the run for the user.
+("synthetic") tools never reach the sandbox: `ask_user` pauses the run for the user. A tool of
+another kind is registered with its executor (`runs.pipeline.tool_kind_register`); its manifest
+is what granting, the offered schemas and the approval rules know of it.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import json
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from runs.errors import InvalidRunParams
@@ -29,6 +33,64 @@ SAVE_CREDENTIAL_SCHEMA: dict[str, Any] = manifests.MANIFESTS[SAVE_CREDENTIAL].fu
 SYNTHETIC_TOOLS: tuple[str, ...] = (ASK_USER, REQUEST_APPROVAL, SAVE_CREDENTIAL)
 
 
+@dataclass(frozen=True)
+class ToolManifest:
+    """What the runtime knows of a tool that is not the sandbox's: its name, the function
+    schema offered to the model (`description`, JSON-schema `parameters`), and whether running
+    it twice is harmless (`idempotent`: a transient failure is retried once, a call caught in
+    flight or under the run's approval rule needs no approval)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}, "additionalProperties": False}
+    )
+    idempotent: bool = False
+
+    def schema(self) -> dict[str, Any]:
+        """The function schema offered to the model."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+_manifests: dict[str, ToolManifest] = {}
+
+
+def tool_manifest_register(manifest: ToolManifest) -> None:
+    """Make `manifest`'s tool grantable, offered when granted, and known to the approval rules.
+
+    Raises ValueError when the name is a sandbox or host-side tool, an alias, or registered.
+    """
+    import sandbox.tools as sandbox_tools
+
+    name = manifest.name
+    taken = name in SYNTHETIC_TOOLS or name in _manifests
+    try:
+        sandbox_tools.expand_tools([name])
+        taken = True
+    except ValueError:
+        pass
+    if taken:
+        raise ValueError(f"tool {name!r} is already known; a tool kind needs a name of its own")
+    _manifests[name] = manifest
+
+
+def tool_manifest_unregister(name: str) -> None:
+    """Forget a registered manifest (a run granted it can no longer be started)."""
+    _manifests.pop(name, None)
+
+
+def tool_manifest(name: str) -> ToolManifest | None:
+    """The registered manifest of `name`, or None (a sandbox or host-side tool, or unknown)."""
+    return _manifests.get(name)
+
+
 def action_hash(tool: str, arguments: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of a tool call: what an approval is bound to."""
     canonical = json.dumps(
@@ -39,6 +101,9 @@ def action_hash(tool: str, arguments: dict[str, Any]) -> str:
 
 def needs_approval(name: str, arguments: dict[str, Any], *, network_enabled: bool) -> bool:
     """True for calls whose repetition could do harm (the sandbox library's idempotency facts)."""
+    manifest = _manifests.get(name)
+    if manifest is not None:
+        return not manifest.idempotent
     import sandbox.tools as sandbox_tools
 
     try:
@@ -52,20 +117,23 @@ INTERRUPTED = "interrupted"
 
 
 def expand_granted(names: Sequence[str]) -> list[str]:
-    """The sandbox tools `names` grant (aliases resolved); InvalidRunParams names every entry
-    that is not grantable.
+    """Resolve tool names and aliases; InvalidRunParams names every entry that is not
+    grantable.
 
-    A host-side tool (ask_user, request_approval, save_credential) may be named — a policy
-    approved with it must run — but is not a sandbox grant: it is offered to every run that
-    may use it, so it is dropped here.
+    Sandbox tools come first (aliases resolved by their manifests, skills.toolpolicy);
+    registered tools follow in the order given. A host-side tool (ask_user, request_approval,
+    save_credential) may be named — a policy approved with it must run — but is not a grant:
+    it is offered to every run that may use it, so it is dropped here.
     """
     if not names:
         return []
+    registered = list(dict.fromkeys(name for name in names if name in _manifests))
+    sandboxed = [name for name in names if name not in _manifests]
     try:
-        expanded = manifests.expand(names)
+        expanded = manifests.expand(sandboxed) if sandboxed else ()
     except manifests.UnknownTool as exc:
         raise InvalidRunParams(f"tools: {exc}", field="tools") from exc
-    return [name for name in expanded if name not in manifests.HOST_TOOL_IDS]
+    return [*(name for name in expanded if name not in manifests.HOST_TOOL_IDS), *registered]
 
 
 def offered_schemas(
@@ -81,8 +149,10 @@ def offered_schemas(
     run whose workspace may become a skill) — never to review runs (`synthetic=False`).
     """
     schemas: list[dict[str, Any]] = []
-    if granted:
-        schemas.extend(manifests.function_schemas(granted, bash_allowlist=bash_allowlist))
+    sandboxed = [name for name in granted if name not in _manifests]
+    if sandboxed:
+        schemas.extend(manifests.function_schemas(sandboxed, bash_allowlist=bash_allowlist))
+    schemas.extend(_manifests[name].schema() for name in granted if name in _manifests)
     if synthetic:
         schemas.extend([ASK_USER_SCHEMA, REQUEST_APPROVAL_SCHEMA])
         if save_credential:

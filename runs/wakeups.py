@@ -16,7 +16,6 @@ is harmless: the claim drops a message whose token was already served.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from django.conf import settings
 from kombu.exceptions import OperationalError as BrokerUnavailable
@@ -30,24 +29,19 @@ logger = logging.getLogger(__name__)
 SWEEP_BATCH = 500
 
 
-def _send(run_id: str, token: int, ahead: dict[str, Any] | None = None) -> None:
+def _send(run_id: str, token: int) -> None:
     queue = getattr(settings, "MOTOR_RUN_QUEUE", "") or None
-    kwargs = {"ahead": ahead} if ahead is not None else {}
-    run_step_task.apply_async(args=[run_id, token], kwargs=kwargs, queue=queue)
+    run_step_task.apply_async(args=[run_id, token], queue=queue)
 
 
-def wake_up(
-    run_id: str, token: int, ahead: dict[str, Any] | None = None, *, remember: bool = True
-) -> bool:
+def wake_up(run_id: str, token: int, *, remember: bool = True) -> bool:
     """Send the run's wake-up message for lease `token`; True once the broker took it.
 
     When the broker is unreachable: False, and with `remember` (outside any transaction that
     is still to commit) the message waits in the outbox; without it the caller keeps it.
-    `ahead` (a new run's first LLM request, see services.FirstCallAhead) is not kept: it only
-    saves time.
     """
     try:
-        _send(run_id, token, ahead)
+        _send(run_id, token)
     except BrokerUnavailable as exc:
         logger.warning(
             "run %s: the broker is unreachable (%s); its wake-up (token %s) waits in the outbox",

@@ -1,9 +1,13 @@
-"""The approval and audit console for skills.
+"""The approval and audit console for skills: the Skill and Policy lists and their actions.
 
-Every change made here goes through `skills.services` (never by setting state fields): the review
+Every change made here goes through a skills service (never by setting state fields): the review
 page's buttons and the list actions call a service and report its outcome as a message. Versions,
 files and audit rows are read-only. Credential values are write-only: the console shows whether a
 value is set, never the value.
+
+The pages live beside this module: the review page in `skills.admin_review` and its buttons in
+`skills.admin_review_actions`, the import page in `skills.admin_import`, the version and audit
+lists in `skills.admin_history`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Importing skills from outside: a pasted SKILL.md, a directory tree, an uploaded archive.
 
 Nothing in an import is executed. Each skill found is validated on its own
-(`skills.bundle`), then installed through `skills.services` as a new skill or a new version, in
+(`skills.bundle`), then installed through `skills.install` as a new skill or a new version, in
 its own savepoint:
 
 - By default a tree or archive import installs every valid skill and reports every other one

@@ -1,7 +1,8 @@
 """Skills, their immutable versions and files, per-agent policies and the policy audit trail.
 
-Fields, constraints, state enums and django-fsm transitions only. Every state change happens in
-`skills.services`, which locks the row, calls a transition, saves and writes a `PolicyAuditEvent`.
+Fields, constraints, state enums and django-fsm transitions only. Every state change happens in a
+skills service (the conventions are in `skills.services`), which locks the row, calls a
+transition, saves and writes a `PolicyAuditEvent`.
 """
 
 from __future__ import annotations
@@ -350,3 +351,7 @@ class PolicyAuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.skill_name} {self.action} by {self.actor_label}"
+
+
+# The skill index's tables (skills.index); imported here so the app registers them.
+from skills.index.models import SkillEmbedding, SkillIndexEntry, SkillIndexState  # noqa: E402, F401

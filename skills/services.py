@@ -14,7 +14,6 @@ edit a policy), `skills.approval` and `skills.disabling`.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -238,19 +237,3 @@ def _storable(label: str) -> str:
     """`label` with NUL and lone surrogates (a non-UTF-8 file name, a hostile upload name)
     escaped, so that it fits a PostgreSQL text or JSON value."""
     return label.encode("utf-8", "backslashreplace").decode("utf-8").replace("\0", "\\x00")[:2000]
-
-
-# The runs app and its tests import these from here; they moved to the modules named, which
-# import this one, so they are looked up on first use. Import them from those modules instead.
-_MOVED = {
-    "policy_update": "skills.policy_edits",
-    "skill_install_bundle": "skills.install",
-    "skills_extract_from_workspace": "skills.extraction",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _MOVED.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)

@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.fixtures.upstream",
     "tests.fixtures.browser",
     "tests.fixtures.llm",
+    "tests.fixtures.embeddings",
 ]
 
 

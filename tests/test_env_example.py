@@ -30,6 +30,8 @@ READ_OUTSIDE_SETTINGS = {
     "MOTOR_SANDBOX_UID_RANGE",
     "MOTOR_SANDBOX_RUNTIME_DIR",
     "MOTOR_SANDBOX_EGRESS_HOSTS",
+    # read by Flower itself (manage.py flower checks it is set)
+    "FLOWER_BASIC_AUTH",
 }
 
 

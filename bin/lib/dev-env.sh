@@ -4,6 +4,7 @@
 #   DEBUG           (true unless set)
 #   SECRET_KEY, MOTOR_CREDENTIALS_KEY_FILE: generated once into the data dir (mode 0600)
 #   REDIS_URL       the private Redis bin/dev started, while it runs (unless set)
+#   LOG_FORMAT      (console unless set): readable log lines
 #   MOTOR_ENERGY_REGEN_PER_HOUR (6 unless set): an agent regains an agentic run's energy
 #                   (0.15) in 1.5 minutes, so trying things out never exhausts it for hours
 
@@ -12,6 +13,8 @@ mkdir -p "$MOTOR_DATA_DIR"
 chmod 700 "$MOTOR_DATA_DIR"
 export DEBUG="${DEBUG:-true}"
 export MOTOR_ENERGY_REGEN_PER_HOUR="${MOTOR_ENERGY_REGEN_PER_HOUR:-6}"
+# readable log lines in data/logs (production keeps the default: one JSON object per line)
+export LOG_FORMAT="${LOG_FORMAT:-console}"
 
 if [ -z "${SECRET_KEY:-}" ]; then
   [ -f "$MOTOR_DATA_DIR/secret-key" ] || (umask 077; python3 -c 'import secrets; print(secrets.token_urlsafe(50))' >"$MOTOR_DATA_DIR/secret-key")

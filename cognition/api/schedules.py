@@ -21,6 +21,13 @@ from rest_framework.response import Response
 
 from cognition import schedules as svc
 from cognition.models import Schedule, ScheduleOutcome, ScheduleSkipReason
+from cognition.schedule_selectors import (
+    occurrence_data,
+    schedule_data,
+    schedule_for_agent,
+    schedules_attach_last_occurrences,
+    schedules_for_agent,
+)
 
 from . import fields
 from .pagination import CursorPage, page_params
@@ -109,7 +116,7 @@ class ScheduleView(PrincipalAPIView):
         agent = self.scope_agent(request)
         if schedule_id > MAX_BIGINT:
             schedule_id = 0  # not an id any row can have: reported as not found
-        return svc.schedule_for_agent(agent=agent, schedule_id=schedule_id)
+        return schedule_for_agent(agent=agent, schedule_id=schedule_id)
 
 
 class ScheduleListView(ScheduleView):
@@ -122,9 +129,9 @@ class ScheduleListView(ScheduleView):
     def get(self, request: Request) -> Response:
         agent = self.scope_agent(request)
         paginator = ScheduleCursorPagination()
-        page = paginator.paginate_queryset(svc.schedules_for_agent(agent=agent), request, view=self)
-        rows = svc.schedules_attach_last_occurrences(list(page or []))
-        return paginator.get_paginated_response([svc.schedule_data(s) for s in rows])
+        page = paginator.paginate_queryset(schedules_for_agent(agent=agent), request, view=self)
+        rows = schedules_attach_last_occurrences(list(page or []))
+        return paginator.get_paginated_response([schedule_data(s) for s in rows])
 
     @extend_schema(
         operation_id="schedules_create",
@@ -156,7 +163,7 @@ class ScheduleListView(ScheduleView):
             enabled=data.get("enabled", True),
             actor=self.principal(request),
         )
-        return Response(svc.schedule_data(schedule), status=status.HTTP_201_CREATED)
+        return Response(schedule_data(schedule), status=status.HTTP_201_CREATED)
 
 
 class ScheduleDetailView(ScheduleView):
@@ -167,7 +174,7 @@ class ScheduleDetailView(ScheduleView):
         responses={200: ScheduleSerializer, **_errors(401, 404)},
     )
     def get(self, request: Request, schedule_id: int) -> Response:
-        return Response(svc.schedule_data(self.schedule(request, schedule_id)))
+        return Response(schedule_data(self.schedule(request, schedule_id)))
 
     @extend_schema(
         operation_id="schedules_update",
@@ -187,7 +194,7 @@ class ScheduleDetailView(ScheduleView):
         body.is_valid(raise_exception=True)
         fields: dict[str, Any] = dict(body.validated_data)
         updated = svc.schedule_update(schedule=schedule, actor=self.principal(request), **fields)
-        return Response(svc.schedule_data(updated))
+        return Response(schedule_data(updated))
 
     @extend_schema(
         operation_id="schedules_delete",
@@ -214,7 +221,7 @@ class ScheduleEnableView(ScheduleView):
         schedule = self.schedule(request, schedule_id)
         self.gate(request, "schedule.enable")
         enabled = svc.schedule_enable(schedule=schedule, actor=self.principal(request))
-        return Response(svc.schedule_data(enabled))
+        return Response(schedule_data(enabled))
 
 
 class ScheduleDisableView(ScheduleView):
@@ -228,7 +235,7 @@ class ScheduleDisableView(ScheduleView):
     def post(self, request: Request, schedule_id: int) -> Response:
         schedule = self.schedule(request, schedule_id)
         disabled = svc.schedule_disable(schedule=schedule, actor=self.principal(request))
-        return Response(svc.schedule_data(disabled))
+        return Response(schedule_data(disabled))
 
 
 class ScheduleOccurrenceListView(ScheduleView):
@@ -242,4 +249,4 @@ class ScheduleOccurrenceListView(ScheduleView):
         schedule = self.schedule(request, schedule_id)
         paginator = OccurrenceCursorPagination()
         page = paginator.paginate_queryset(schedule.occurrences.all(), request, view=self)
-        return paginator.get_paginated_response([svc.occurrence_data(o) for o in page])
+        return paginator.get_paginated_response([occurrence_data(o) for o in page])

@@ -4,13 +4,31 @@ from __future__ import annotations
 
 from django.urls import path
 
-from . import artifacts, audit, conversations, energy, runs, schedules, signals, views, webhooks
+from . import (
+    artifacts,
+    audit,
+    conversations,
+    energy,
+    runs,
+    schedules,
+    signals,
+    skill_search,
+    views,
+    webhooks,
+)
 
 app_name = "api"
 
 # Skill names are lowercase letters, digits and hyphens (skills.bundle's install rule).
 urlpatterns = [
     path("skills/", views.SkillListView.as_view(), name="skill-list"),
+    # before skills/<name>/: without ?q= it serves the skill named "search" (skill_search.py)
+    path(
+        "skills/search/",
+        skill_search.SkillSearchView.as_view(),
+        {"name": skill_search.SEARCH_NAME},
+        name="skill-search",
+    ),
     path("skills/<str:name>/", views.SkillDetailView.as_view(), name="skill-detail"),
     path("skills/<str:name>/review/", views.SkillReviewView.as_view(), name="skill-review"),
     path("skills/<str:name>/approve/", views.SkillApproveView.as_view(), name="skill-approve"),

@@ -13,10 +13,10 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from cognition.delivery import agent_rotate_webhook_secret, agent_set_webhook
 from cognition.errors import HumanRequired
 from cognition.models import Agent
 from cognition.selectors import agent_for_human
+from cognition.webhooks import agent_rotate_webhook_secret, agent_set_webhook
 
 from . import fields
 from .views import PrincipalAPIView, _errors

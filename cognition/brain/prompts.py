@@ -8,10 +8,14 @@ import json
 from html import escape
 from typing import Any
 
+from django.conf import settings
+
 from cognition.models import Agent
+from skills.index.disclosure import candidate_line
+from skills.index.search import SkillSearchQueryInvalid, skill_search
 from skills.models import Policy, Skill
 
-from .models import Conversation, TurnTrigger
+from .models import Conversation, Message, MessageRole, TurnTrigger
 
 #: most skills listed in <available_skills> (the rest are reachable through core_skill list)
 MAX_LISTED_SKILLS = 100
@@ -23,8 +27,10 @@ You get things done by delegating to Motor Cortex through the core_* tools:
   for multi-step work in a sandbox (grant the fewest tools and domains that can do it). An
   agentic run answers later: you are woken with its motor_result.
 - core_task manages runs (status, cancel, retry with guidance, respond to a question).
-- core_skill manages skills: list, review (deterministic security facts), import, and the
-  consent-gated approve / reject / update / delete. A skill listed with status "not_yet_yours"
+- core_skill manages skills: list, search (the skills that fit a request, ranked), describe
+  (a skill's whole SKILL.md), review (deterministic security facts), import, and the
+  consent-gated approve / reject / update / delete. <available_skills> lists the skills that
+  fit the user's latest message best, one line each; search for others before saying none fits. A skill listed with status "not_yet_yours"
   was learned by another agent of your owner: it runs with a policy only once the user approves
   it for you too; core_skill review gives you your own policy for it and its facts.
 - core_credential lists and deletes vault credentials by name. You never handle secret values:
@@ -78,23 +84,44 @@ _ON_TRIGGER: dict[str, str] = {
 }
 
 
-def available_skills(*, agent: Agent) -> str:
-    """<available_skills> with one <skill> per policy of `agent` (name, status, description),
-    then the skills other agents of the same owner hold and `agent` has no policy for yet
-    (status "not_yet_yours"; seed 000 Scenario 5)."""
-    policies = (Policy.objects.filter(agent=agent).select_related("skill").order_by("skill__name"))[
-        :MAX_LISTED_SKILLS
-    ]
+def available_skills(*, agent: Agent, query: str = "") -> str:
+    """<available_skills> for one turn.
+
+    With a `query` (the user's latest message): the MOTOR_SKILL_SEARCH_TOP_K skills the skill
+    index ranks highest for it, one line each with their score (seed 002 §9), and, when fewer
+    match, the agent's other skills by name up to that many; the rest are a core_skill search or
+    describe away. Without one (event turns): one <skill> per policy of `agent` (name, status,
+    description), then the skills other agents of the same owner hold and `agent` has no policy
+    for yet (status "not_yet_yours"; seed 000 Scenario 5), at most MAX_LISTED_SKILLS."""
     lines = ["<available_skills>"]
+    limit = MAX_LISTED_SKILLS
+    listed: set[str] = set()
+    if query.strip():
+        limit = int(settings.MOTOR_SKILL_SEARCH_TOP_K)
+        try:
+            hits = skill_search(query=query, agent=agent, k=limit).hits
+        except SkillSearchQueryInvalid:
+            hits = []
+        for hit in hits:
+            lines.append("  " + candidate_line(hit))
+            listed.add(hit.name)
+    room = limit - len(listed)
+    policies = (
+        Policy.objects.filter(agent=agent)
+        .exclude(skill__name__in=listed)
+        .select_related("skill")
+        .order_by("skill__name")
+    )[: max(room, 0)]
     for policy in policies:
         lines.append(
             f'  <skill name="{escape(policy.skill.name)}" status="{escape(policy.status)}">'
             f"{escape(policy.skill.description)}</skill>"
         )
-    room = MAX_LISTED_SKILLS - len(lines) + 1
+    room = limit - len(lines) + 1
     shared = (
         Skill.objects.filter(policies__agent__owner_id=agent.owner_id)
         .exclude(policies__agent=agent)
+        .exclude(name__in=listed)
         .distinct()
         .order_by("name")
     )[: max(room, 0)]
@@ -133,9 +160,17 @@ def system_prompt(
 ) -> str:
     """The whole system prompt of one turn."""
     agent = conversation.agent
+    query = ""
+    if trigger == TurnTrigger.USER_MESSAGE:
+        query = (
+            Message.objects.filter(conversation=conversation, role=MessageRole.USER)
+            .order_by("-id")
+            .values_list("text", flat=True)
+            .first()
+        ) or ""
     parts = [
         _RULES.format(agent=agent.name, user=conversation.user.get_username()),
-        available_skills(agent=agent),
+        available_skills(agent=agent, query=query),
     ]
     if conversation.pending_run_id:
         parts.append(

@@ -1,11 +1,16 @@
-"""What follows a recorded result: the consecutive-failure bailout."""
+"""Stage 5, after: what follows a recorded result.
+
+Today that is the consecutive-failure bailout: the same tool failing with the same error code
+`BAILOUT_STREAK` times in a row fails the attempt. Signals and learning hooks that react to a
+call's result belong here, inside the transaction that recorded it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from runs.failures import bailout_failure
-from runs.finishing import _finish_failed
+from runs.finishing import run_finish_failed
 from runs.models import (
     Attempt,
     MotorRun,
@@ -19,10 +24,11 @@ from runs.tools import ASK_USER
 BAILOUT_STREAK = 3
 
 
-def _after_result(
+def call_after(
     run: MotorRun, attempt: Attempt, name: str, result: dict[str, Any], *, actor: str
 ) -> SliceOutcome | None:
-    """Apply the consecutive-failure bailout after a recorded result."""
+    """Apply the consecutive-failure bailout after a recorded result; FINISHED when it failed
+    the run, else None. Caller holds the locks of the transaction that recorded `result`."""
     if result.get("ok"):
         return None
     recent = list(
@@ -39,7 +45,7 @@ def _after_result(
             category, message, retryable = bailout_failure(
                 tool=name, error_code=code, streak=BAILOUT_STREAK
             )
-            _finish_failed(
+            run_finish_failed(
                 run,
                 attempt,
                 category=category,

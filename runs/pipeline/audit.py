@@ -1,6 +1,6 @@
 """The audit row of each tool call (runs.audit_models.ToolCallAudit), written with its result:
-in the same transaction for refusals, host-side tools and failures, and by the same
-one-statement fenced write for a successful sandbox call."""
+in the same transaction for refusals, host-side tools and failures, and as one more guarded
+statement of the fenced write that records a successful call's result (runs.ledger)."""
 
 from __future__ import annotations
 

@@ -1,45 +1,227 @@
-"""Running a tool call: the sandbox call with its fenced record, and the host-side
-save_credential.
+"""Stage 3, execute: the executor of each tool kind, behind one interface, and their registry.
+
+An `Executor` turns one call (`CallContext`) into a result envelope (`runs.tools.envelope`) or,
+for a host-side tool, into a pause (`AwaitInput`, `AwaitApproval`). Two kinds exist:
+
+- world executors (`host = False`): the sandbox today, MCP and browser tools later. They run
+  after the call's intent is durable, outside any transaction and without a database
+  connection, under the call watch (a cancel kills them); the pipeline hands them the run's
+  credential values, retries a transient failure of an idempotent call once, and redacts every
+  value from the result before anything stores it (`call_execute`).
+- host executors (`host = True`): ask_user, request_approval, save_credential. They change
+  nothing outside the database and run inside the fenced transaction that wrote the intent.
+
+`executor_for(name)` picks the executor; a tool name without one of its own goes to the
+sandbox. A new tool kind is one `Executor` and one `ToolManifest`, registered together with
+`tool_kind_register`: the loop and the other stages do not change.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
-
-from django.db import transaction
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from runs.crashpoints import crash_point
 from runs.credentials import (
-    _resolve_credentials,
     placeholder,
     redact,
+    run_credentials_read,
+    save_denial,
+    save_offered,
     saved_values,
+    skill_policy,
 )
 from runs.db import release_db_connection
 from runs.failures import execute_retrying_transient
-from runs.finishing import _end_slice
-from runs.lease import (
-    Lease,
-    lease_fence,
-)
-from runs.ledger import ledger_record_result
-from runs.models import (
-    Attempt,
-    MotorRun,
-    Step,
-)
-from runs.pipeline.after import _after_result
-from runs.pipeline.audit import audit_row
-from runs.pipeline.decide import _save_denial, _save_offered, _skill_policy
-from runs.pipeline.record import _complete_step, _tool_message
-from runs.records import SliceOutcome, _enqueue_step
+from runs.lease import Lease
+from runs.metrics import tool_call_record
+from runs.models import MotorRun, Step
+from runs.pipeline.approvals import approval_proposal
 from runs.sessions import CallWatch
 from runs.tools import (
+    ASK_USER,
+    REQUEST_APPROVAL,
+    SAVE_CREDENTIAL,
     SandboxSlot,
+    ToolManifest,
     envelope,
+    tool_manifest_register,
+    tool_manifest_unregister,
 )
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """One call as its executor sees it: the run, the call's intent (`step`), the tool and its
+    arguments (an object), the run's sandbox slot, and the credential values it may use (world
+    executors only; empty for host executors, which never need a value)."""
+
+    run: MotorRun
+    step: Step
+    name: str
+    arguments: dict[str, Any]
+    slot: SandboxSlot
+    credentials: dict[str, str]
+
+
+@dataclass(frozen=True)
+class AwaitInput:
+    """A host executor's answer: pause the run until the user answers `question`."""
+
+    question: str
+
+
+@dataclass(frozen=True)
+class AwaitApproval:
+    """A host executor's answer: pause the run until the owner decides on exactly this call."""
+
+    tool: str
+    arguments: dict[str, Any]
+    summary: str
+
+
+Outcome = dict[str, Any] | AwaitInput | AwaitApproval
+
+
+class Executor:
+    """Runs the calls of one tool kind.
+
+    `execute` returns the result envelope of the call (a failure is an envelope with `ok`
+    False and an `error_code`, never an exception); only a host executor may return a pause.
+    It is called at most once per call by the pipeline (twice for a transient failure of an
+    idempotent world call), from the slice's thread.
+    """
+
+    #: True: runs inside the transaction that wrote the call's intent (see the module)
+    host: ClassVar[bool] = False
+
+    def execute(self, call: CallContext) -> Outcome:
+        raise NotImplementedError
+
+
+class SandboxExecutor(Executor):
+    """The sandbox's tools, in the run's warm session (`SandboxSlot`)."""
+
+    def execute(self, call: CallContext) -> Outcome:
+        return call.slot.execute(
+            name=call.name, arguments=call.arguments, credentials=call.credentials
+        )
+
+
+class AskUserExecutor(Executor):
+    """ask_user: a non-empty question pauses the run for the user's answer."""
+
+    host = True
+
+    def execute(self, call: CallContext) -> Outcome:
+        question = str(call.arguments.get("question") or "").strip()
+        if question:
+            return AwaitInput(question=question)
+        return envelope(
+            ok=False, output="ask_user needs a non-empty 'question'", error_code="invalid_args"
+        )
+
+
+class RequestApprovalExecutor(Executor):
+    """request_approval: a valid proposal pauses the run for the owner's decision."""
+
+    host = True
+
+    def execute(self, call: CallContext) -> Outcome:
+        proposal = approval_proposal(call.run, call.arguments)
+        if "ok" in proposal:
+            return proposal
+        return AwaitApproval(**proposal)
+
+
+class SaveCredentialExecutor(Executor):
+    """save_credential: keep a value the model obtained, within the run's save scope."""
+
+    host = True
+
+    def execute(self, call: CallContext) -> Outcome:
+        return _save_credential(call.run, call.arguments)
+
+
+SANDBOX = SandboxExecutor()
+
+_executors: dict[str, Executor] = {
+    ASK_USER: AskUserExecutor(),
+    REQUEST_APPROVAL: RequestApprovalExecutor(),
+    SAVE_CREDENTIAL: SaveCredentialExecutor(),
+}
+
+
+def executor_for(name: str) -> Executor:
+    """The executor of tool `name`: its registered one, else the sandbox."""
+    return _executors.get(name, SANDBOX)
+
+
+def tool_kind_register(manifest: ToolManifest, executor: Executor) -> None:
+    """Add a tool kind: runs may be granted `manifest.name`, the model is offered its schema,
+    and its calls go through every stage of the pipeline to `executor`.
+
+    Raises ValueError when the name is taken (a sandbox or host-side tool, or registered).
+    """
+    tool_manifest_register(manifest)
+    _executors[manifest.name] = executor
+
+
+def tool_kind_unregister(name: str) -> None:
+    """Remove a tool kind added with `tool_kind_register`."""
+    tool_manifest_unregister(name)
+    _executors.pop(name, None)
+
+
+def call_execute(
+    lease: Lease,
+    run: MotorRun,
+    step: Step,
+    name: str,
+    arguments: dict[str, Any],
+    executor: Executor,
+    slot: SandboxSlot,
+    credentials: Callable[[MotorRun], dict[str, str]] | None,
+) -> dict[str, Any]:
+    """Run a world call whose intent is durable: outside any transaction, without a database
+    connection, under the call watch; return its result with every credential value the run
+    knows replaced by its placeholder, and its duration."""
+    crash_point("after_intent")
+    started = time.monotonic()
+    values = {**(credentials or run_credentials_read)(run), **saved_values(run)}
+    release_db_connection()
+    context = CallContext(
+        run=run, step=step, name=name, arguments=arguments, slot=slot, credentials=values
+    )
+    # A cancel (or any newer claim) moves the token; the watch then kills the running call.
+    with CallWatch(run_id=lease.run_id, token=lease.token):
+        # a transient failure of an idempotent call is retried once before the model sees it
+        result = execute_retrying_transient(
+            lambda: _envelope_of(executor.execute(context), name),
+            name=name,
+            arguments=arguments,
+            network_enabled=bool(run.allowed_domains),
+        )
+    # The sandbox already redacts what it was given; this covers every other executor too.
+    result = redact(result, values)
+    result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
+    tool_call_record(
+        tool=name,
+        duration_s=result["duration_ms"] / 1000,
+        ok=bool(result.get("ok")),
+        error_code=str(result.get("error_code") or ""),
+    )
+    crash_point("after_execution")
+    return result
+
+
+def _envelope_of(outcome: Outcome, name: str) -> dict[str, Any]:
+    """A world executor's result; a pause is no result there (only host tools may pause)."""
+    if isinstance(outcome, dict):
+        return outcome
+    return envelope(ok=False, output=f"tool {name!r} cannot pause the run", error_code="tool_error")
 
 
 def _save_credential(run: MotorRun, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -48,7 +230,7 @@ def _save_credential(run: MotorRun, arguments: dict[str, Any]) -> dict[str, Any]
     For a skill run the value goes into that skill policy's credential values (in this
     transaction); for any other run it stays in the run's encrypted store until extraction.
     """
-    if not _save_offered(run):
+    if not save_offered(run):
         return envelope(
             ok=False,
             output="save_credential is only available to skill runs and runs that create a skill",
@@ -61,7 +243,7 @@ def _save_credential(run: MotorRun, arguments: dict[str, Any]) -> dict[str, Any]
             output="save_credential needs 'name' (string) and a non-empty 'value' (string)",
             error_code="invalid_args",
         )
-    denial = _save_denial(run, name)
+    denial = save_denial(run, name)
     if denial is not None:
         return envelope(ok=False, output=f"save_credential denied: {denial}", error_code="denied")
     values = saved_values(run)
@@ -69,11 +251,12 @@ def _save_credential(run: MotorRun, arguments: dict[str, Any]) -> dict[str, Any]
         return envelope(ok=False, output="the value was not received", error_code="invalid_args")
     if run.skill_id is not None:
         from skills.errors import SkillError
-        from skills.services import Actor, policy_update
+        from skills.policy_edits import policy_update
+        from skills.services import Actor
 
         try:
             policy_update(
-                policy=_skill_policy(run).pk,
+                policy=skill_policy(run).pk,
                 actor=Actor.system(f"run {run.id}"),
                 set_credentials={name: values[name]},
                 reason=f"saved by motor run {run.id}",
@@ -90,72 +273,3 @@ def _save_credential(run: MotorRun, arguments: dict[str, Any]) -> dict[str, Any]
             f"code, bash and fetch also get it as the environment variable {name}."
         ),
     )
-
-
-def _execute_and_record(
-    lease: Lease,
-    run: MotorRun,
-    attempt: Attempt,
-    step: Step,
-    name: str,
-    arguments: dict[str, Any],
-    slot: SandboxSlot,
-    credentials: Callable[[MotorRun], dict[str, str]] | None,
-    actor: str,
-    *,
-    last: bool = False,
-    slice_ends_at: float = 0.0,
-) -> SliceOutcome | None:
-    """The side effect itself (outside any transaction), then its fenced record.
-
-    When the call is the iteration's `last`, the run goes on and the slice's time is up
-    (`slice_ends_at`), the same commit also ends the slice: the lease is released and the next
-    slice is queued once it is durable.
-    """
-    crash_point("after_intent")
-    started = time.monotonic()
-    values = {**(credentials or _resolve_credentials)(run), **saved_values(run)}
-    release_db_connection()
-    # A cancel (or any newer claim) moves the token; the watch then kills the running call.
-    with CallWatch(run_id=lease.run_id, token=lease.token):
-        # a transient failure of an idempotent call is retried once before the model sees it
-        result = execute_retrying_transient(
-            lambda: slot.execute(name=name, arguments=arguments, credentials=values),
-            name=name,
-            arguments=arguments,
-            network_enabled=bool(run.allowed_domains),
-        )
-    # The sandbox already redacts what it was given; this also covers the file tools.
-    result = redact(result, values)
-    result["duration_ms"] = result.get("duration_ms") or int((time.monotonic() - started) * 1000)
-    crash_point("after_execution")
-
-    ends_slice = last and time.monotonic() >= slice_ends_at
-    outcome: SliceOutcome | None = None
-    if result.get("ok"):
-        # No bailout to weigh: the result (and, at the slice's end, the release) is one write.
-        ledger_record_result(
-            lease,
-            attempt,
-            step,
-            result,
-            _tool_message(step, result),
-            release=ends_slice,
-            # the call's audit row is part of the same fenced write
-            audit=audit_row(run, attempt, step, result, actor=actor),
-        )
-        if ends_slice:
-            outcome = SliceOutcome.CONTINUED
-            run_id, token = lease.run_id, lease.token
-            transaction.on_commit(lambda: _enqueue_step(run_id, token))
-    else:
-        with transaction.atomic():
-            # A recorded result is progress: the slices counted as unfinished start again at 0.
-            lease_fence(lease, redelivery_count=0)
-            _complete_step(run, attempt, step, result)
-            outcome = _after_result(run, attempt, name, result, actor=actor)
-            if outcome is None and ends_slice:
-                _end_slice(lease)
-                outcome = SliceOutcome.CONTINUED
-    crash_point("after_commit")
-    return outcome

@@ -54,18 +54,14 @@ from typing import Any
 from sandbox.backends.bwrap_args import (
     _GROUP,
     _HOSTS,
-    _MERGED_USR,
     _NSSWITCH,
     _PASSWD,
-    _SYSTEM_RO_BINDS,
     BRIDGE_PORT,
     DEFAULT_PATH,
-    PROXY_URL,
-    PROXY_VARS,
-    SANDBOX_GID,
-    SANDBOX_UID,
-    SHM_BYTES,
     _data_fd,
+    environment,
+    filesystem_args,
+    namespace_args,
 )
 from sandbox.backends.bwrap_launch import _find_bwrap, _Launcher, _spawner
 from sandbox.backends.bwrap_runtime import (
@@ -224,12 +220,12 @@ class BwrapBackend:
             else:
                 host_uid, host_gid = os.geteuid(), os.getegid()
 
-            env = self._environment(spec)
-            args = [self._bwrap, *self._namespace_args()]
+            env = environment(spec)
+            args = [self._bwrap, *namespace_args()]
             args += ["--setenv", "PATH", env.get("PATH", DEFAULT_PATH)]
             args += ["--setenv", "HOME", "/workspace", "--setenv", "LANG", "C.UTF-8"]
             args += ["--setenv", "TMPDIR", "/tmp"]
-            args += self._filesystem_args()
+            args += filesystem_args()
             for name, text in (
                 ("/etc/passwd", _PASSWD),
                 ("/etc/group", _GROUP),
@@ -356,60 +352,6 @@ class BwrapBackend:
             session.close()
             raise
         return session
-
-    # ------------------------------------------------------------------ building blocks
-
-    @staticmethod
-    def _environment(spec: SessionSpec) -> dict[str, str]:
-        env = {
-            "PATH": DEFAULT_PATH,
-            "HOME": "/workspace",
-            "LANG": "C.UTF-8",
-            "TMPDIR": "/tmp",
-        }
-        env.update(spec.environment)
-        for name in ("NO_PROXY", "no_proxy", *PROXY_VARS):
-            env.pop(name, None)
-        if spec.network.enabled:
-            env.update(dict.fromkeys(PROXY_VARS, PROXY_URL))
-        return env
-
-    @staticmethod
-    def _namespace_args() -> list[str]:
-        return [
-            "--unshare-all",
-            "--unshare-user",
-            "--disable-userns",
-            "--die-with-parent",
-            # the supervisor itself is PID 1: non-dumpable (so no command can open its
-            # /proc/1/mem or environ) and immune to signals sent from inside the namespace
-            "--as-pid-1",
-            "--new-session",
-            "--clearenv",
-            "--uid",
-            str(SANDBOX_UID),
-            "--gid",
-            str(SANDBOX_GID),
-            "--hostname",
-            "sandbox",
-            "--cap-drop",
-            "ALL",
-        ]
-
-    @staticmethod
-    def _filesystem_args() -> list[str]:
-        args: list[str] = []
-        for name in _MERGED_USR:
-            host = Path("/") / name
-            if host.is_symlink():
-                args += ["--symlink", os.readlink(host), f"/{name}"]
-            elif host.is_dir():
-                args += ["--ro-bind", str(host), f"/{name}"]
-        for path in _SYSTEM_RO_BINDS:
-            args += ["--ro-bind-try", path, path]
-        args += ["--proc", "/proc", "--dev", "/dev"]
-        args += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
-        return args
 
     def _start_proxy(self, spec: SessionSpec, session_id: str, socket_path: Path, uid: int) -> Any:
         try:

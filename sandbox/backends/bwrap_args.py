@@ -4,6 +4,9 @@ read-only, the synthesised /etc files and the proxy environment (see sandbox/bac
 from __future__ import annotations
 
 import os
+from pathlib import Path
+
+from sandbox.types import SessionSpec
 
 SANDBOX_UID = 1000
 SANDBOX_GID = 1000
@@ -46,3 +49,59 @@ def _data_fd(text: str) -> int:
     finally:
         os.close(write_end)
     return read_end
+
+
+def environment(spec: SessionSpec) -> dict[str, str]:
+    """The environment every command of a session gets: the base, the session's own variables,
+    and the proxy variables when (and only when) the network is on; NO_PROXY is never set."""
+    env = {
+        "PATH": DEFAULT_PATH,
+        "HOME": "/workspace",
+        "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp",
+    }
+    env.update(spec.environment)
+    for name in ("NO_PROXY", "no_proxy", *PROXY_VARS):
+        env.pop(name, None)
+    if spec.network.enabled:
+        env.update(dict.fromkeys(PROXY_VARS, PROXY_URL))
+    return env
+
+
+def namespace_args() -> list[str]:
+    """bwrap's arguments for the namespaces, the identity and the capabilities of a sandbox."""
+    return [
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        # the supervisor itself is PID 1: non-dumpable (so no command can open its
+        # /proc/1/mem or environ) and immune to signals sent from inside the namespace
+        "--as-pid-1",
+        "--new-session",
+        "--clearenv",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_GID),
+        "--hostname",
+        "sandbox",
+        "--cap-drop",
+        "ALL",
+    ]
+
+
+def filesystem_args() -> list[str]:
+    """bwrap's arguments for the read-only system files, /proc and a minimal /dev."""
+    args: list[str] = []
+    for name in _MERGED_USR:
+        host = Path("/") / name
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), f"/{name}"]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), f"/{name}"]
+    for path in _SYSTEM_RO_BINDS:
+        args += ["--ro-bind-try", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
+    return args

@@ -5,9 +5,11 @@ filter over upstream response heads."""
 from __future__ import annotations
 
 import re
+import socket
 from dataclasses import dataclass
 
 from sandbox.egress.framing import BodyFramer
+from sandbox.egress.hostnames import printable
 
 #: response header carrying the verdict, e.g. "denied; reason=not_allowlisted"
 EGRESS_HEADER = "X-Motor-Egress"
@@ -52,6 +54,48 @@ class _Request:
     headers: list[tuple[str, str]]
     rest: bytes  # bytes read past the end of the header block
     body: BodyFramer | None = None  # plain HTTP: where the one forwarded request ends
+
+
+def read_request(client: socket.socket, timeout_s: float) -> _Request:
+    """Read and parse one request head from `client` (waiting at most `timeout_s` for it). Raises
+    _BadRequest naming what is wrong with it."""
+    client.settimeout(timeout_s)
+    data = b""
+    try:
+        while b"\r\n\r\n" not in data:
+            if len(data) > MAX_HEAD_BYTES:
+                raise _BadRequest(f"request head is larger than {MAX_HEAD_BYTES} bytes")
+            chunk = client.recv(8192)
+            if not chunk:
+                raise _BadRequest("connection closed before a complete request head")
+            data += chunk
+    except TimeoutError:
+        raise _BadRequest("timed out waiting for the request head") from None
+    finally:
+        client.settimeout(None)
+    head, _, rest = data.partition(b"\r\n\r\n")
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _BadRequest("request head is not valid UTF-8") from None
+    request_line, *header_lines = text.split("\r\n")
+    match = _REQUEST_LINE.match(request_line)
+    if match is None:
+        raise _BadRequest(
+            f"malformed request line {printable(request_line)!r} "
+            "(expected 'METHOD target HTTP/1.1')"
+        )
+    headers: list[tuple[str, str]] = []
+    for line in header_lines:
+        if "\r" in line or "\n" in line or "\x00" in line:
+            raise _BadRequest("bare CR, LF or NUL inside the request head")
+        if line[:1] in {" ", "\t"}:
+            raise _BadRequest("folded header lines are not accepted")
+        name, sep, value = line.partition(":")
+        if not sep or not _HEADER_NAME.match(name):
+            raise _BadRequest(f"malformed header line {printable(line, 40)!r}")
+        headers.append((name, value.strip()))
+    return _Request(match.group(1), match.group(2), headers, rest)
 
 
 class _ResponseHeadFilter:

@@ -35,14 +35,12 @@ from sandbox.egress.decision import (
 from sandbox.egress.framing import BodyFramer, FramingError, body_framer
 from sandbox.egress.hostnames import HostRejected, canonicalize_host, printable
 from sandbox.egress.http_heads import (
-    _HEADER_NAME,
     _REFUSAL_STATUS,
-    _REQUEST_LINE,
-    MAX_HEAD_BYTES,
     _BadRequest,
     _Request,
     _response,
     _ResponseHeadFilter,
+    read_request,
 )
 from sandbox.egress.sni import scan_client_hello
 from sandbox.types import ConnectionCallback, ConnectionReport, NetworkPolicy
@@ -245,7 +243,7 @@ class EgressProxy:
         host, port, resolved = "", 0, None
         try:
             try:
-                request = self._read_request(client)
+                request = read_request(client, self._header_timeout_s)
                 if request.method.upper() == "CONNECT":
                     if request.method != "CONNECT":
                         raise _BadRequest("the method must be spelled CONNECT")
@@ -511,45 +509,6 @@ class EgressProxy:
             self._tunnels -= 1
 
     # --------------------------------------------------------------------------- HTTP pieces
-
-    def _read_request(self, client: socket.socket) -> _Request:
-        client.settimeout(self._header_timeout_s)
-        data = b""
-        try:
-            while b"\r\n\r\n" not in data:
-                if len(data) > MAX_HEAD_BYTES:
-                    raise _BadRequest(f"request head is larger than {MAX_HEAD_BYTES} bytes")
-                chunk = client.recv(8192)
-                if not chunk:
-                    raise _BadRequest("connection closed before a complete request head")
-                data += chunk
-        except TimeoutError:
-            raise _BadRequest("timed out waiting for the request head") from None
-        finally:
-            client.settimeout(None)
-        head, _, rest = data.partition(b"\r\n\r\n")
-        try:
-            text = head.decode("utf-8")
-        except UnicodeDecodeError:
-            raise _BadRequest("request head is not valid UTF-8") from None
-        request_line, *header_lines = text.split("\r\n")
-        match = _REQUEST_LINE.match(request_line)
-        if match is None:
-            raise _BadRequest(
-                f"malformed request line {printable(request_line)!r} "
-                "(expected 'METHOD target HTTP/1.1')"
-            )
-        headers: list[tuple[str, str]] = []
-        for line in header_lines:
-            if "\r" in line or "\n" in line or "\x00" in line:
-                raise _BadRequest("bare CR, LF or NUL inside the request head")
-            if line[:1] in {" ", "\t"}:
-                raise _BadRequest("folded header lines are not accepted")
-            name, sep, value = line.partition(":")
-            if not sep or not _HEADER_NAME.match(name):
-                raise _BadRequest(f"malformed header line {printable(line, 40)!r}")
-            headers.append((name, value.strip()))
-        return _Request(match.group(1), match.group(2), headers, rest)
 
     def _refuse(self, client: socket.socket, reason: str, message: str) -> None:
         status, kind = _REFUSAL_STATUS.get(reason, (403, "denied"))

@@ -15,11 +15,8 @@ if TYPE_CHECKING:  # annotations only
 
 if TYPE_CHECKING or __package__:
     from .siblings import _load_sibling
-else:  # inside the sandbox, where this directory is on sys.path (see supervisor.py)
+else:  # inside the sandbox, where this directory is first on sys.path (see supervisor.py)
     from siblings import _load_sibling
-
-
-# ---------------------------------------------------------------------------- process control
 
 
 _PR_SET_DUMPABLE = 4

@@ -33,7 +33,7 @@ if TYPE_CHECKING or __package__:
     )
     from .siblings import _load_sibling
     from .sweep import SIGKILL
-else:  # inside the sandbox, where this directory is on sys.path (see supervisor.py)
+else:  # inside the sandbox, where this directory is first on sys.path (see supervisor.py)
     from confine import _INF, LimitTargets, _lower
     from poller import _READ, _host_still_there, _Poller
     from protocol import (

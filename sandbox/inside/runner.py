@@ -21,7 +21,7 @@ if TYPE_CHECKING or __package__:
     from .poller import _READ, _WRITE, _host_still_there, _Poller
     from .protocol import _OOM_MARKERS, _READ_CHUNK, Config, ExecSpec, _result
     from .sweep import SIGKILL, SWEEP_GRACE_S, _sweep, reap_orphans, sweep_processes
-else:  # inside the sandbox, where this directory is on sys.path (see supervisor.py)
+else:  # inside the sandbox, where this directory is first on sys.path (see supervisor.py)
     from confine import LimitTargets, _ChildSetup, _lower, _Spawner, limit_targets
     from fileserver import FileServing
     from poller import _READ, _WRITE, _host_still_there, _Poller

@@ -1,5 +1,5 @@
-"""Importing the other in-sandbox modules of this directory lazily, in every way the supervisor
-is started."""
+"""Importing another in-sandbox module of this directory when it is first needed, on the host
+and inside the sandbox alike."""
 
 from __future__ import annotations
 
@@ -12,25 +12,15 @@ if TYPE_CHECKING:  # annotations only
 
 
 def _load_sibling(name: str) -> ModuleType:
-    """Import a module that sits next to this file, both on the host (as a package member)
-    and inside the sandbox (where `BOOT` put this directory on sys.path, or where this file runs
-    as a script under ``python3 -I``, so its directory is not on sys.path)."""
+    """Import the module `name` of this directory: on the host a member of this package; inside
+    the sandbox a top-level module, from this directory, which BOOT, or supervisor.py and
+    tools.py run as scripts, put first on sys.path."""
     if __package__:
         import importlib
 
         return importlib.import_module(f"{__package__}.{name}")
     directory = os.path.dirname(os.path.abspath(__file__))
-    if sys.path and sys.path[0] == directory:
-        # started by BOOT: a plain import finds it first there (importlib.util is not needed)
-        module: ModuleType = __import__(name)
-        return module
-    import importlib.util
-
-    path = os.path.join(directory, f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"motor_cortex_inside_{name}", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    if sys.path[:1] != [directory]:
+        raise ImportError(f"{name}: {directory} is not first on sys.path")
+    module: ModuleType = __import__(name)
     return module

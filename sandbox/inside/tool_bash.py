@@ -14,7 +14,7 @@ if TYPE_CHECKING or __package__:
         ToolError,
         _str_arg,
     )
-else:  # inside the sandbox, where this directory is on sys.path (see tools.py)
+else:  # inside the sandbox, where this directory is first on sys.path (see tools.py)
     from tool_paths import (
         ToolError,
         _str_arg,
@@ -25,9 +25,6 @@ BIN_DIRS = ("/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin"
 #: variables that make bash or the dynamic loader run something before the command (compiled
 #: where bash runs: compiling a pattern costs milliseconds of a file call's start)
 _UNSAFE_ENV = r"^(BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|CDPATH|GLOBIGNORE|LD_.*|BASH_FUNC_.*)$"
-
-
-# --------------------------------------------------------------------------- bash
 
 
 def op_bash(request: dict[str, Any]) -> int:

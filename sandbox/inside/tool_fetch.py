@@ -16,7 +16,7 @@ if TYPE_CHECKING or __package__:
         _result,
         _str_arg,
     )
-else:  # inside the sandbox, where this directory is on sys.path (see tools.py)
+else:  # inside the sandbox, where this directory is first on sys.path (see tools.py)
     from tool_paths import (
         ToolError,
         _int_arg,
@@ -28,9 +28,6 @@ else:  # inside the sandbox, where this directory is on sys.path (see tools.py)
 FETCH_BODY_BYTES = 64 * 1024
 FETCH_MAX_REDIRECTS = 5
 FETCH_HOP_TIMEOUT_S = 20.0
-
-
-# --------------------------------------------------------------------------- fetch
 
 
 class _Response:

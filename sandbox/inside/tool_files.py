@@ -21,7 +21,7 @@ if TYPE_CHECKING or __package__:
         open_file,
         split_path,
     )
-else:  # inside the sandbox, where this directory is on sys.path (see tools.py)
+else:  # inside the sandbox, where this directory is first on sys.path (see tools.py)
     from tool_paths import (
         ToolError,
         _display,
@@ -38,9 +38,6 @@ READ_MAX_BYTES = 256 * 1024
 WRITE_MAX_BYTES = 1024 * 1024
 EDIT_MAX_BYTES = 1024 * 1024
 LIST_MAX_ENTRIES = 1000
-
-
-# --------------------------------------------------------------------------- file ops
 
 
 def op_read(request: dict[str, Any]) -> dict[str, Any]:

@@ -53,9 +53,6 @@ def _result(
     }
 
 
-# --------------------------------------------------------------------------- paths
-
-
 def split_path(path: object) -> list[str]:
     """Workspace-relative components of `path`; raises ToolError for anything outside."""
     if path is None or path == "":

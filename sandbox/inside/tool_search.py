@@ -22,7 +22,7 @@ if TYPE_CHECKING or __package__:
         open_file,
         split_path,
     )
-else:  # inside the sandbox, where this directory is on sys.path (see tools.py)
+else:  # inside the sandbox, where this directory is first on sys.path (see tools.py)
     from tool_paths import (
         _O_FILE,
         ToolError,

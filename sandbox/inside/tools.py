@@ -39,10 +39,10 @@ if TYPE_CHECKING:  # annotations only
     from collections.abc import Callable
     from typing import Any
 
-if not __package__ and os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+if not __package__ and sys.path[:1] != [os.path.dirname(os.path.abspath(__file__))]:
     # run as a script (``python3 -I -B tools.py OP``): isolated mode leaves this directory off
-    # sys.path, where the modules below are found
-    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    # sys.path. It goes first (see supervisor.py).
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 if TYPE_CHECKING or __package__:
     from .tool_bash import op_bash
@@ -58,9 +58,6 @@ else:  # inside the sandbox, where this directory is on sys.path (see above)
     from tool_paths import ToolError, _result
     from tool_paths import use_workspace as use_workspace
     from tool_search import op_glob, op_grep
-
-
-# --------------------------------------------------------------------------- main
 
 
 OPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {

@@ -56,14 +56,7 @@ from .paths import (
     classify,
 )
 from .rename import rename_bundle
-from .review import (
-    FileChange,
-    InventoryEntry,
-    ReviewFacts,
-    VersionDiff,
-    diff_bundles,
-    review_bundle,
-)
+from .review import InventoryEntry, ReviewFacts, review_bundle
 from .skillmd import (
     MAX_DESCRIPTION_CHARS,
     MAX_NAME_CHARS,
@@ -85,6 +78,7 @@ from .types import (
     Problem,
     Severity,
 )
+from .version_diff import FileChange, VersionDiff, diff_bundles
 from .workspace import (
     Baseline,
     WorkspaceDiff,

@@ -13,7 +13,8 @@ from django.urls import reverse
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from cognition.models import Schedule
-from cognition.schedules import schedule_create, schedule_fire
+from cognition.schedule_firing import schedule_fire
+from cognition.schedules import schedule_create
 from tests.skills.admin_support import (
     APPROVER_PERMS,
     fast_password_hashing,  # noqa: F401 - autouse fixture

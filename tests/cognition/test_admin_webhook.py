@@ -10,8 +10,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from cognition.delivery import WebhookInvalid, agent_set_webhook, webhook_secret
 from cognition.models import Agent
+from cognition.webhooks import WebhookInvalid, agent_set_webhook, webhook_secret
 from tests.skills.admin_support import (
     fast_password_hashing,  # noqa: F401 - autouse fixture
     make_agent,

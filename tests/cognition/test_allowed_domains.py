@@ -14,7 +14,8 @@ from django_celery_beat.models import PeriodicTask
 from cognition.core_act import core_act
 from cognition.models import Agent, Schedule
 from cognition.principals import Principal
-from cognition.schedules import ScheduleInvalid, schedule_create
+from cognition.schedule_validation import ScheduleInvalid
+from cognition.schedules import schedule_create
 from runs.errors import InvalidRunParams
 from runs.models import MotorRun
 from runs.services import run_start

@@ -4,6 +4,7 @@ no response body, for any kind of caller, and the database holds only ciphertext
 from __future__ import annotations
 
 import base64
+import io
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import User
@@ -213,6 +215,15 @@ def test_after_a_real_run_no_secret_is_in_the_database_dump_redis_logs_api_or_ad
     caplog,
 ) -> None:
     caplog.set_level(logging.DEBUG)
+    # this process's log lines as the configured formatter writes them (JSON objects)
+    json_lines = io.StringIO()
+    json_handler = logging.StreamHandler(json_lines)
+    (json_handler.formatter,) = [
+        h.formatter
+        for h in logging.getLogger().handlers
+        if isinstance(h.formatter, structlog.stdlib.ProcessorFormatter)
+    ]
+    logging.getLogger().addHandler(json_handler)
     settings.MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES = True
     settings.MOTOR_SIGNAL_STREAM_MAX_SECONDS = 1
     settings.MOTOR_SIGNAL_STREAM_HEARTBEAT_SECONDS = 0.5
@@ -329,6 +340,18 @@ def test_after_a_real_run_no_secret_is_in_the_database_dump_redis_logs_api_or_ad
         **{f"API response {i}": body for i, body in enumerate(bodies)},
     }
     assert "run" in worker_logs(tmp_path)  # the worker did log
+    logging.getLogger().removeHandler(json_handler)
+    # the log lines of both processes are JSON objects (with the run's context); their decoded
+    # values are searched too (JSON escapes could hide a value from a search of the text)
+    worker_records = [
+        json.loads(line) for line in worker_logs(tmp_path).splitlines() if line.startswith("{")
+    ]
+    web_records = [json.loads(line) for line in json_lines.getvalue().splitlines()]
+    assert any(r.get("run_id") == run_id for r in worker_records)
+    assert web_records
+    places["worker JSON log values"] = json.dumps(worker_records, ensure_ascii=False).encode()
+    places["web JSON log lines"] = json_lines.getvalue().encode()
+    places["web JSON log values"] = json.dumps(web_records, ensure_ascii=False).encode()
     leaks = [
         f"{what} in {where}"
         for what, secret in secrets.items()

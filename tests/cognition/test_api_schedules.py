@@ -13,7 +13,8 @@ from django.core.management import call_command
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 from cognition.models import Agent, Schedule, ScheduleOccurrence
-from cognition.schedules import schedule_create, schedule_fire
+from cognition.schedule_firing import schedule_fire
+from cognition.schedules import schedule_create
 from runs.models import Signal
 
 from .conftest import World, bearer

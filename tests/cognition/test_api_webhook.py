@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from cognition.delivery import webhook_secret
 from cognition.models import Agent
 from cognition.services import personal_token_create
+from cognition.webhooks import webhook_secret
 
 from .conftest import World, bearer
 

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from cognition.delivery import agent_set_webhook, signal_delivery_sweep
+from cognition.delivery import signal_delivery_sweep
 from cognition.models import AttemptOutcome, DeliveryAttempt, DeliveryState, SignalDelivery
+from cognition.webhooks import agent_set_webhook
 from config.celery import app as celery_app
 from runs.outbox import signal_emit
 from tests.skills.admin_support import make_agent, make_user

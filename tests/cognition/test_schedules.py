@@ -13,15 +13,15 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 from django_celery_beat.schedulers import DatabaseScheduler
 
 from cognition.models import Agent, Schedule, ScheduleOccurrence
+from cognition.schedule_firing import schedule_fire
+from cognition.schedule_selectors import schedule_next_fire
+from cognition.schedule_validation import ScheduleInvalid
 from cognition.schedules import (
     FIRE_TASK,
-    ScheduleInvalid,
     schedule_create,
     schedule_delete,
     schedule_disable,
     schedule_enable,
-    schedule_fire,
-    schedule_next_fire,
     schedule_update,
 )
 from cognition.services import credential_set

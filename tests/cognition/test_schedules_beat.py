@@ -17,7 +17,8 @@ from django_celery_beat.models import PeriodicTask
 from django_celery_beat.schedulers import DatabaseScheduler
 
 from cognition.models import Schedule, ScheduleOccurrence
-from cognition.schedules import schedule_create, schedule_disable, schedule_fire
+from cognition.schedule_firing import schedule_fire
+from cognition.schedules import schedule_create, schedule_disable
 from cognition.services import credential_set
 from config.celery import app as celery_app
 from runs.models import MotorRun, RunStatus, Signal

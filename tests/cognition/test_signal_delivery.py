@@ -29,12 +29,9 @@ from cognition.delivery import (
     SIGNAL_ID_HEADER,
     SIGNATURE_HEADER,
     TIMESTAMP_HEADER,
-    agent_rotate_webhook_secret,
-    agent_set_webhook,
     on_signal_committed,
     signal_data,
     signal_delivery_sweep,
-    verify_signature,
     wakeup_redis,
 )
 from cognition.models import (
@@ -46,6 +43,7 @@ from cognition.models import (
     DeliveryTarget,
     SignalDelivery,
 )
+from cognition.webhooks import agent_rotate_webhook_secret, agent_set_webhook, verify_signature
 from config.celery import app as celery_app
 from runs.models import Signal
 from runs.outbox import signal_committed, signal_emit

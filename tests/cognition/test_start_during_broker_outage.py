@@ -42,7 +42,7 @@ def test_a_run_started_while_the_broker_is_down_is_created_and_its_wake_up_kept(
     # given an unreachable broker
     broker = broker_is_private_redis
     broker.stop()
-    # when a run starts (outside any transaction: announced before its commit)
+    # when a run starts (outside any transaction: announced once committed)
     workspace = tmp_path / "ws"
     workspace.mkdir()
     run_id = run_start(agent_id=world.alpha.pk, task="Wait", workspace=str(workspace), actor="t")[

@@ -65,6 +65,8 @@ def test_tools_are_openai_function_schemas_for_every_core_tool(world):
     assert by_name["core_task"]["properties"]["status"]["enum"] == list(RunStatus.values)
     assert by_name["core_skill"]["properties"]["action"]["enum"] == [
         "list",
+        "search",
+        "describe",
         "review",
         "approve",
         "reject",

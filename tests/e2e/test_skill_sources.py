@@ -4,6 +4,8 @@ skill approved)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from cognition.brain.prompts import available_skills
@@ -58,7 +60,8 @@ def test_scenario_5_a_second_agent_must_approve_the_shared_skill_itself(
     # then gamma's brain saw the skill as not yet its own, and its review gave gamma a policy of
     # its own (needs_reapproval, then reviewed) with no permissions; nothing ran
     system = stack.fast.requests[0]["messages"][0]["content"]
-    assert '<skill name="agentmail" status="not_yet_yours">' in system
+    # (ranked for olivia's message by the skill index, so listed with its score)
+    assert re.search(r'<skill name="agentmail" status="not_yet_yours" score="\d+\.\d{4}">', system)
     # an agent of another owner does not see it
     assert 'name="agentmail"' not in available_skills(agent=world.bravo)
     [(_, review)] = tool_results(chat)

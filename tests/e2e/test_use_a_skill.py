@@ -5,6 +5,7 @@ attempt succeeds; the skill is not touched)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -89,7 +90,8 @@ def test_scenario_2_an_approved_skill_runs_with_its_policy(
 
     # then the brain, which saw the approved skill, started it without naming tools or domains
     system = stack.fast.requests[0]["messages"][0]["content"]
-    assert '<skill name="agentmail" status="approved">' in system
+    # (ranked for olivia's message by the skill index, so listed with its score)
+    assert re.search(r'<skill name="agentmail" status="approved" score="\d+\.\d{4}">', system)
     run_id = added[2]["tool_result"]["result"]["run_id"]
     wait_handled(stack, run_id, "completed")
     run = MotorRun.objects.get(pk=run_id)

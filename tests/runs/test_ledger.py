@@ -1,30 +1,37 @@
-"""The loop's frequent fenced writes: one statement on PostgreSQL, the ORM transaction elsewhere.
+"""The loop's frequent fenced writes (runs.ledger): the same statements on PostgreSQL and SQLite.
 
-Both forms must leave the same rows, and both must refuse a stale token having changed nothing.
+bin/test runs this module on both databases. Each write leaves exactly the rows described, or,
+for a stale token or a refused row, nothing at all.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
-import psycopg
 import pytest
-from django.db import IntegrityError, OperationalError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.utils import timezone
 
 from runs.errors import LeaseLost
-from runs.lease import lease_claim
+from runs.lease import Lease
 from runs.ledger import (
-    _claim_orm,
     ledger_add_intent,
     ledger_claim,
     ledger_insert,
     ledger_record_reply,
     ledger_record_result,
 )
-from runs.models import Attempt, MotorRun, RunEvent, Step, StepState, new_run_id
+from runs.models import (
+    Attempt,
+    MotorRun,
+    PendingWakeup,
+    RunEvent,
+    RunStatus,
+    Step,
+    StepState,
+    new_run_id,
+)
 from runs.services import run_start
 from tests.runs.helpers import new_workspace, snapshot
 
@@ -32,23 +39,53 @@ pytestmark = pytest.mark.django_db
 
 REPLY = {
     "role": "assistant",
-    "content": "reading",
+    "content": "reading ünïcode",
     "tool_calls": [{"id": "c1", "type": "function"}],
 }
 RESULT = {"ok": True, "output": "hello", "duration_ms": 7}
 TOOL_MESSAGE = {"role": "tool", "tool_call_id": "c1", "content": "hello"}
 
 
-def _iteration(agent: Any, *, single_statement: bool) -> tuple[str, dict[str, Any]]:
-    """Reply, intent and result of one iteration through the ledger; the rows they left."""
-    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
-    lease = lease_claim(run_id=run_id, owner="w")
-    assert lease is not None
-    attempt = Attempt.objects.get(run_id=run_id)
-    ledger_record_reply(lease, attempt, REPLY, single_statement=single_statement)
-    step = Step(
+def _started(agent: Any, **params: Any) -> str:
+    return run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t", **params)[
+        "run_id"
+    ]
+
+
+def _claim(run_id: str, owner: str = "w", token: int | None = None) -> tuple[Lease, Any, Any]:
+    claimed = ledger_claim(
+        run_id=run_id, owner=owner, expected_token=token, actor=f"worker:{owner}"
+    )
+    assert claimed is not None
+    return claimed
+
+
+def _intent(attempt: Attempt, lease: Lease, call_index: int = 0) -> Step:
+    return Step(
         attempt=attempt,
         iteration=attempt.iteration,
+        call_index=call_index,
+        tool_call_id=f"c{call_index + 1}",
+        tool="read",
+        arguments={"path": "notes.txt"},
+        model="m",
+        reasoning="reading",
+        lease_token=lease.token,
+    )
+
+
+def _seconds_from_now(moment: Any) -> float:
+    return float((moment - timezone.now()).total_seconds())
+
+
+def test_an_iteration_writes_the_reply_with_its_call_then_the_result_and_the_release(agent):
+    # given a claimed run
+    run_id = _started(agent)
+    lease, _, attempt = _claim(run_id, token=0)
+    # when the model's reply is written with the intent of its call
+    step = Step(
+        attempt=attempt,
+        iteration=attempt.iteration + 1,
         call_index=0,
         tool_call_id="c1",
         tool="read",
@@ -57,150 +94,186 @@ def _iteration(agent: Any, *, single_statement: bool) -> tuple[str, dict[str, An
         reasoning="reading",
         lease_token=lease.token,
     )
-    ledger_add_intent(lease, step, single_statement=single_statement)
+    ledger_record_reply(lease, attempt, REPLY, intent=step)
+    # then the attempt holds the reply and counts the iteration, and the call's row is an intent
+    stored = Attempt.objects.get(pk=attempt.pk)
+    assert (stored.messages, stored.iteration) == ([{"role": "user", "content": "t"}, REPLY], 1)
+    assert (attempt.messages, attempt.iteration) == (stored.messages, stored.iteration)
     intent = Step.objects.get(pk=step.pk)
-    assert (intent.state, intent.result, intent.arguments) == (
+    assert (intent.attempt_id, intent.iteration, intent.call_index, intent.tool_call_id) == (
+        attempt.pk,
+        1,
+        0,
+        "c1",
+    )
+    assert (intent.state, intent.result, intent.arguments, intent.lease_token) == (
         StepState.INTENT,
         None,
         {"path": "notes.txt"},
+        lease.token,
     )
-    ledger_record_result(
-        lease, attempt, step, RESULT, TOOL_MESSAGE, release=True, single_statement=single_statement
-    )
-    # the in-memory copies are what the database now holds
-    stored = Attempt.objects.get(pk=attempt.pk)
-    assert (stored.messages, stored.iteration) == (attempt.messages, attempt.iteration)
+    assert intent.created_at is not None and intent.completed_at is None
+    # when its result is written, ending the slice
+    ledger_record_result(lease, attempt, step, RESULT, TOOL_MESSAGE, release=True)
+    # then the call is done with its result, the attempt holds the tool message, and the lease
+    # is free with the unfinished-slice count reset
     done = Step.objects.get(pk=step.pk)
-    assert (done.state, done.result, done.duration_ms) == (step.state, step.result, 7)
-    rows = snapshot(run_id)
-    for key in ("id", "created_at", "idle_since", "lease_owner", "workspace"):
-        rows["run"].pop(key)
-    for row in rows["attempts"] + rows["steps"]:
-        for key in ("id", "run_id", "attempt_id", "started_at", "created_at", "completed_at"):
-            row.pop(key, None)
-    return run_id, rows
+    assert (done.state, done.result, done.duration_ms) == (StepState.DONE, RESULT, 7)
+    assert done.completed_at == step.completed_at
+    assert Attempt.objects.get(pk=attempt.pk).messages == [
+        {"role": "user", "content": "t"},
+        REPLY,
+        TOOL_MESSAGE,
+    ]
+    assert attempt.messages[-1] == TOOL_MESSAGE
+    run = MotorRun.objects.get(pk=run_id)
+    assert (run.lease_token, run.lease_owner, run.lease_expires_at) == (lease.token, "", None)
+    assert run.redelivery_count == 0
+    assert abs(_seconds_from_now(run.idle_since)) < 60
 
 
-def test_both_forms_of_an_iteration_leave_the_same_rows(make_agent):
-    # when the same iteration is written once per form
-    _, single = _iteration(make_agent(), single_statement=True)
-    _, orm = _iteration(make_agent(), single_statement=False)
-    # then the rows are the same, apart from ids and times
-    single["run"].pop("agent_id"), orm["run"].pop("agent_id")
-    assert single == orm
-    assert single["attempts"][0]["messages"][1:] == [REPLY, TOOL_MESSAGE]
-    assert single["attempts"][0]["iteration"] == 1
-    assert single["steps"][0]["state"] == StepState.DONE
-    # and the release freed the lease and reset the unfinished-slice count
-    assert (single["run"]["lease_expires_at"], single["run"]["redelivery_count"]) == (None, 0)
+def test_a_write_renews_the_lease_in_database_time_and_resets_the_slice_count(agent, settings):
+    # given a claimed run (one counted slice) whose lease is about to expire
+    settings.MOTOR_LEASE_TTL_SECONDS = 600
+    run_id = _started(agent)
+    lease, run, attempt = _claim(run_id, token=0)
+    assert run.redelivery_count == 1
+    MotorRun.objects.filter(pk=run_id).update(
+        lease_expires_at=timezone.now() + timedelta(seconds=1)
+    )
+    # when the slice writes a reply without a call, and then an intent
+    ledger_record_reply(lease, attempt, {"role": "assistant", "content": "thinking"})
+    after_reply = MotorRun.objects.get(pk=run_id)
+    step = _intent(attempt, lease)
+    ledger_add_intent(lease, step)
+    # then each write renewed the lease for the TTL and reset the count; the intent is stored
+    assert 590 < _seconds_from_now(after_reply.lease_expires_at) <= 600
+    assert after_reply.redelivery_count == 0 and after_reply.lease_owner == "w"
+    assert 590 < _seconds_from_now(MotorRun.objects.get(pk=run_id).lease_expires_at) <= 600
+    assert Step.objects.get(pk=step.pk).state == StepState.INTENT
+    assert Attempt.objects.get(pk=attempt.pk).iteration == 1
 
 
-@pytest.mark.parametrize("single_statement", [True, False])
-def test_a_stale_token_is_refused_and_nothing_changes(agent, single_statement):
+def test_a_stale_token_is_refused_and_nothing_changes(agent):
     # given a run whose lease moved on to a newer claim
-    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
-    old = lease_claim(run_id=run_id, owner="w")
-    assert old is not None
-    assert lease_claim(run_id=run_id, owner="w") is not None
-    attempt = Attempt.objects.get(run_id=run_id)
-    step = Step(attempt=attempt, iteration=0, call_index=0, tool_call_id="c1", tool="read")
-    step.lease_token = old.token
-    before = snapshot(run_id)
-    # when the old holder writes a reply, an intent or a result, each is refused
-    with pytest.raises(LeaseLost, match="is stale"):
-        ledger_record_reply(old, attempt, REPLY, single_statement=single_statement)
-    with pytest.raises(LeaseLost, match="is stale"):
-        ledger_add_intent(old, step, single_statement=single_statement)
+    run_id = _started(agent)
+    old, _, attempt = _claim(run_id)
+    _claim(run_id)
     existing = Step.objects.create(
         attempt=attempt, iteration=0, call_index=1, tool_call_id="c2", tool="read", lease_token=2
     )
     before = snapshot(run_id)
+    # when the old holder writes a reply (with and without a call), an intent or a result,
+    # each is refused
     with pytest.raises(LeaseLost, match="is stale"):
-        ledger_record_result(
-            old,
-            attempt,
-            existing,
-            RESULT,
-            TOOL_MESSAGE,
-            release=True,
-            single_statement=single_statement,
-        )
+        ledger_record_reply(old, attempt, REPLY)
+    with pytest.raises(LeaseLost, match="is stale"):
+        ledger_record_reply(old, attempt, REPLY, intent=_intent(attempt, old))
+    with pytest.raises(LeaseLost, match="is stale"):
+        ledger_add_intent(old, _intent(attempt, old))
+    with pytest.raises(LeaseLost, match="is stale"):
+        ledger_record_result(old, attempt, existing, RESULT, TOOL_MESSAGE, release=True)
     # then nothing changed: no message, no row, the newer lease still held
     assert snapshot(run_id) == before
-    assert Attempt.objects.get(pk=attempt.pk).messages == [{"role": "user", "content": "t"}]
-    assert Step.objects.get(pk=existing.pk).state == StepState.INTENT
+    assert attempt.messages == [{"role": "user", "content": "t"}] and attempt.iteration == 0
     run = MotorRun.objects.get(pk=run_id)
     assert (run.lease_token, run.lease_owner) == (2, "w")
     assert run.lease_expires_at is not None
 
 
-def _claimed_rows(run_id: str) -> dict[str, Any]:
-    rows = snapshot(run_id)
-    run = rows["run"]
-    for key in (
-        "id",
-        "agent_id",
-        "created_at",
-        "started_at",
-        "lease_expires_at",
-        "idle_since",
-        "workspace",
-    ):
-        run.pop(key)
-    events = list(
-        RunEvent.objects.filter(run_id=run_id).values_list("from_status", "to_status", "actor")
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_row_undoes_the_whole_write(agent):
+    # given a claimed run whose call at position 0 already has its row
+    run_id = _started(agent)
+    lease, _, attempt = _claim(run_id, token=0)
+    ledger_add_intent(lease, _intent(attempt, lease))
+    MotorRun.objects.filter(pk=run_id).update(
+        lease_expires_at=timezone.now() + timedelta(seconds=5), redelivery_count=2
     )
-    return {"run": run, "attempts": [a["messages"] for a in rows["attempts"]], "events": events}
+    before = snapshot(run_id)
+    # when a reply is written with an intent for the same position
+    with pytest.raises(IntegrityError):
+        ledger_record_reply(lease, attempt, REPLY, intent=_intent(attempt, lease))
+    # then neither the reply nor the lease renewal happened, and the next write goes through
+    assert snapshot(run_id) == before
+    assert attempt.iteration == 0
+    ledger_record_reply(lease, attempt, REPLY)
+    assert Attempt.objects.get(pk=attempt.pk).iteration == 1
 
 
-def test_claiming_a_new_run_starts_it_in_the_same_write_in_both_forms(make_agent):
-    # given two new runs
-    one = run_start(workspace=new_workspace(), agent_id=make_agent().pk, task="t", actor="t")[
-        "run_id"
-    ]
-    other = run_start(workspace=new_workspace(), agent_id=make_agent().pk, task="t", actor="t")[
-        "run_id"
-    ]
-    # when each is claimed for its first message, once per form
-    single = ledger_claim(run_id=one, owner="w", expected_token=0, actor="worker:w")
-    orm = _claim_orm(run_id=other, owner="w", expected_token=0, actor="worker:w")
-    # then both are running under token 1 with one counted slice, their start audited once,
-    # and the returned rows are what the database holds
-    assert single is not None and orm is not None
-    for lease, run, attempt in (single, orm):
-        stored = MotorRun.objects.get(pk=run.pk)
-        assert (lease.token, run.status, run.lease_owner) == (1, "running", "w")
-        assert (stored.status, stored.started_at, stored.lease_token) == (
-            run.status,
-            run.started_at,
-            run.lease_token,
-        )
-        assert stored.redelivery_count == run.redelivery_count == 1
-        assert attempt == Attempt.objects.get(run=run) and attempt.messages == [
-            {"role": "user", "content": "t"}
-        ]
-    assert _claimed_rows(one) == _claimed_rows(other)
-    assert _claimed_rows(one)["events"] == [
-        ("", "created", "t"),
-        ("created", "running", "worker:w"),
-    ]
+def test_claiming_a_new_run_starts_it_in_the_same_write(agent):
+    # given a new run
+    run_id = _started(agent)
+    # when it is claimed for its first message
+    lease, run, attempt = _claim(run_id, token=0)
+    # then it is running under token 1 with one counted slice, its start audited once, and the
+    # returned run and attempt are what the database holds
+    stored = MotorRun.objects.get(pk=run_id)
+    assert (lease.run_id, lease.token, lease.owner) == (run_id, 1, "w")
+    assert (stored.status, stored.lease_token, stored.lease_owner) == (RunStatus.RUNNING, 1, "w")
+    assert stored.redelivery_count == 1 and abs(_seconds_from_now(stored.started_at)) < 60
+    for field in MotorRun._meta.concrete_fields:
+        assert getattr(run, field.attname) == getattr(stored, field.attname), field.attname
+    assert run._state.adding is False
+    fresh = Attempt.objects.get(run_id=run_id)
+    for field in Attempt._meta.concrete_fields:
+        assert getattr(attempt, field.attname) == getattr(fresh, field.attname), field.attname
+    assert attempt.messages == [{"role": "user", "content": "t"}]
+    assert list(
+        RunEvent.objects.filter(run_id=run_id)
+        .order_by("id")
+        .values_list("from_status", "to_status", "actor", "detail")
+    ) == [("", "created", "t", {}), ("created", "running", "worker:w", {})]
 
 
-@pytest.mark.parametrize("single_statement", [True, False])
-def test_a_claim_for_a_served_message_or_a_live_lease_changes_nothing(agent, single_statement):
-    claim = ledger_claim if single_statement else _claim_orm
+def test_a_claim_for_a_served_message_or_a_live_lease_changes_nothing(agent):
     # given a run whose first message was served (token 1, lease live for another owner)
-    run_id = run_start(workspace=new_workspace(), agent_id=agent.pk, task="t", actor="t")["run_id"]
-    assert claim(run_id=run_id, owner="a", expected_token=0, actor="worker:a") is not None
+    run_id = _started(agent)
+    _claim(run_id, owner="a", token=0)
     before = snapshot(run_id)
     # when another owner claims for the same message, or with no message at all
-    assert claim(run_id=run_id, owner="b", expected_token=0, actor="worker:b") is None
-    assert claim(run_id=run_id, owner="b", expected_token=None, actor="worker:b") is None
+    assert ledger_claim(run_id=run_id, owner="b", expected_token=0, actor="worker:b") is None
+    assert ledger_claim(run_id=run_id, owner="b", expected_token=None, actor="worker:b") is None
     # then nothing changed: no token, no audit row, no count
     assert snapshot(run_id) == before
+    # and an unknown run is not claimed either
+    assert ledger_claim(run_id=new_run_id(), owner="b", expected_token=0, actor="b") is None
 
 
-# --- a run's creation, announced before its commit ---------------------------------------------
+def test_a_message_whose_slice_died_is_claimed_again_once_its_lease_expired(agent):
+    # given a run whose first message was taken by a slice that died holding the lease
+    run_id = _started(agent)
+    _claim(run_id, owner="a", token=0)
+    # when the same message comes again: refused while the lease lives, claimed once expired
+    assert ledger_claim(run_id=run_id, owner="b", expected_token=0, actor="worker:b") is None
+    MotorRun.objects.filter(pk=run_id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    lease, run, _ = _claim(run_id, owner="b", token=0)
+    # then the new slice holds token 2, counted as the second unfinished slice, and the run's
+    # start is audited only once
+    assert (lease.token, run.lease_owner, run.redelivery_count) == (2, "b", 2)
+    assert RunEvent.objects.filter(run_id=run_id, to_status="running").count() == 1
+
+
+def test_the_lease_never_outlives_the_runs_timeout(make_agent, settings):
+    settings.MOTOR_LEASE_TTL_SECONDS = 120
+    # given a run that may last 30 s and one that may last ten minutes
+    short = _started(make_agent(), timeout_s=30)
+    long = _started(make_agent(), timeout_s=600)
+    # when both are claimed
+    short_lease, short_run, _ = _claim(short, token=0)
+    long_lease, long_run, _ = _claim(long, token=0)
+    # then the short one's lease lives 30 s, the long one's the TTL, and so do their renewals
+    assert short_lease.ttl == timedelta(seconds=30) and long_lease.ttl == timedelta(seconds=120)
+    assert 20 < _seconds_from_now(short_run.lease_expires_at) <= 30
+    assert 110 < _seconds_from_now(long_run.lease_expires_at) <= 120
+    attempt = Attempt.objects.get(run_id=short)
+    ledger_record_reply(short_lease, attempt, {"role": "assistant", "content": "x"})
+    assert 20 < _seconds_from_now(MotorRun.objects.get(pk=short).lease_expires_at) <= 30
+
+
+# --- a run's creation ----------------------------------------------------------------------------
 
 
 def _unsaved_run(agent_id: int) -> tuple[MotorRun, Attempt, RunEvent]:
@@ -212,27 +285,6 @@ def _unsaved_run(agent_id: int) -> tuple[MotorRun, Attempt, RunEvent]:
     return run, attempt, event
 
 
-def _announce_to_a_worker(run_id: str, seen: dict[str, Any]) -> Callable[[], None]:
-    """An announcement that starts a first claim in another thread (its own connection) and
-    gives it time to reach the database before the creation goes on."""
-
-    def claim() -> None:
-        try:
-            seen["claimed"] = ledger_claim(
-                run_id=run_id, owner="w", expected_token=0, actor="worker:w"
-            )
-        finally:
-            connections.close_all()
-
-    def announce() -> None:
-        seen["worker"] = threading.Thread(target=claim)
-        seen["worker"].start()
-        seen["worker"].join(timeout=0.5)
-        seen["answered_before_commit"] = "claimed" in seen
-
-    return announce
-
-
 def _rows_of(run_id: str) -> tuple[int, int, int]:
     return (
         MotorRun.objects.filter(pk=run_id).count(),
@@ -241,85 +293,96 @@ def _rows_of(run_id: str) -> tuple[int, int, int]:
     )
 
 
+def _committed_runs(run_id: str) -> int:
+    """How many rows of `run_id` another connection sees (only committed ones)."""
+    other = connections.create_connection(DEFAULT_DB_ALIAS)
+    try:
+        with other.cursor() as cursor:
+            cursor.execute(
+                f"SELECT COUNT(*) FROM {MotorRun._meta.db_table} WHERE id = %s",  # noqa: S608
+                [run_id],
+            )
+            return int(cursor.fetchone()[0])
+    finally:
+        other.close()
+
+
 @pytest.mark.django_db(transaction=True)
-def test_a_first_claim_during_the_creation_waits_for_its_commit_and_starts_the_run(agent):
-    # given a run whose first message reaches a worker before its rows are committed
+def test_a_creation_is_announced_once_committed(agent):
+    # given a new run, its attempt and its audit row
     run, attempt, event = _unsaved_run(agent.pk)
-    seen: dict[str, Any] = {}
-    # when it is created, announcing itself while the worker claims it
-    ledger_insert(run, attempt, event, announce=_announce_to_a_worker(run.pk, seen))
-    seen["worker"].join(timeout=30)
-    # then the claim did not answer while the creation was open, and then found and started it
-    assert seen["answered_before_commit"] is False
-    assert seen["claimed"] is not None
-    lease, claimed_run, claimed_attempt = seen["claimed"]
-    assert (lease.token, claimed_run.status, claimed_run.lease_owner) == (1, "running", "w")
-    assert (claimed_attempt.run_id, claimed_attempt.index) == (run.pk, 0)
-    assert MotorRun.objects.get(pk=run.pk).status == "running"
+    seen: list[int] = []
+    # when they are inserted with an announcement
+    ledger_insert(
+        run, attempt, event, announce=lambda: seen.append(_committed_runs(run.pk)) or True
+    )
+    # then all three exist, their ids set, and the announcement came once, after the commit
+    assert seen == [1]
+    assert _rows_of(run.pk) == (1, 1, 1)
+    assert attempt.pk == Attempt.objects.get(run_id=run.pk).pk
+    assert event.pk == RunEvent.objects.get(run_id=run.pk).pk
+    assert not PendingWakeup.objects.filter(run_id=run.pk).exists()
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("refusal", ["unknown agent", "agent busy"])
-def test_a_refused_creation_is_never_announced(make_agent, refusal):
+def test_a_refused_creation_writes_nothing_and_is_never_announced(make_agent, refusal):
     # given a creation the database refuses: its agent does not exist, or already has an
     # active run
     if refusal == "agent busy":
-        agent = make_agent()
-        run_start(workspace=new_workspace(), agent_id=agent.pk, task="first", actor="t")
-        agent_id = agent.pk
+        busy = make_agent()
+        _started(busy)
+        agent_id = busy.pk
     else:
         agent_id = 987654
     run, attempt, event = _unsaved_run(agent_id)
     announced: list[str] = []
-    # when it is created, then it fails with the database's refusal before any announcement,
-    # nothing was written, and the connection is usable and outside any transaction
+    # when it is inserted, then the database's refusal reaches the caller, nothing was written
+    # and nothing announced
     with pytest.raises(IntegrityError):
-        ledger_insert(run, attempt, event, announce=lambda: announced.append(run.pk))
+        ledger_insert(run, attempt, event, announce=lambda: bool(announced.append(run.pk)) or True)
     assert announced == []
     assert _rows_of(run.pk) == (0, 0, 0)
-    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    # and the connection goes on: the next creation succeeds
+    ok, ok_attempt, ok_event = _unsaved_run(make_agent().pk)
+    ledger_insert(ok, ok_attempt, ok_event)
+    assert _rows_of(ok.pk) == (1, 1, 1)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_creation_that_dies_after_its_announcement_leaves_nothing_for_the_worker(agent):
-    # given a creation announced to a worker, whose database session then ends before the
-    # commit (the creating process died or lost its connection)
+def test_a_refused_creation_inside_a_transaction_leaves_that_transaction_usable(agent):
+    # given a transaction in which the agent already has an active run
+    _started(agent)
     run, attempt, event = _unsaved_run(agent.pk)
-    seen: dict[str, Any] = {}
-    announce_to_worker = _announce_to_a_worker(run.pk, seen)
-    creator = connection.connection.info.backend_pid
-
-    def announce() -> None:
-        announce_to_worker()
-        with psycopg.connect(connection.connection.info.dsn, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", [creator])
-
-    # when it tries to commit, then it fails, the worker found nothing to claim, and nothing
-    # was written
-    with pytest.raises(OperationalError):
-        ledger_insert(run, attempt, event, announce=announce)
-    seen["worker"].join(timeout=30)
-    assert seen["answered_before_commit"] is False
-    assert seen["claimed"] is None
-    connection.close()
+    with transaction.atomic():
+        marker = RunEvent.objects.count()
+        # when a second creation is refused there
+        with pytest.raises(IntegrityError):
+            ledger_insert(run, attempt, event)
+        # then the transaction goes on without its rows
+        assert RunEvent.objects.count() == marker
     assert _rows_of(run.pk) == (0, 0, 0)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_announcement_that_fails_creates_nothing(agent):
-    # given a creation whose announcement cannot be sent (the broker is down)
+def test_an_announcement_the_broker_refuses_waits_in_the_outbox(agent):
+    # given a creation whose announcement the broker refuses (False)
+    run, attempt, event = _unsaved_run(agent.pk)
+    # when it is inserted, then the run is created and its first wake-up waits in the outbox
+    ledger_insert(run, attempt, event, announce=lambda: False)
+    assert _rows_of(run.pk) == (1, 1, 1)
+    assert list(PendingWakeup.objects.filter(run_id=run.pk).values_list("token", flat=True)) == [0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_announcement_that_fails_after_the_commit_leaves_the_run_created(agent, caplog):
+    # given a creation whose announcement raises (a broker error nobody expected)
     run, attempt, event = _unsaved_run(agent.pk)
 
-    def announce() -> None:
+    def announce() -> bool:
         raise ConnectionError("broker unreachable")
 
-    # when it is created, then the error reaches the caller and nothing was written
-    with pytest.raises(ConnectionError, match="broker unreachable"):
-        ledger_insert(run, attempt, event, announce=announce)
-    assert _rows_of(run.pk) == (0, 0, 0)
-    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-    # and the agent can start a run right away
-    assert (
-        run_start(workspace=new_workspace(), agent_id=agent.pk, task="again", actor="t")["status"]
-        == "created"
-    )
+    # when it is inserted, then the run is created all the same (the reaper wakes it), and
+    # the error is logged
+    ledger_insert(run, attempt, event, announce=announce)
+    assert _rows_of(run.pk) == (1, 1, 1)
+    assert "broker unreachable" in caplog.text

@@ -10,9 +10,11 @@ from django.db import connection
 
 from runs.models import MotorRun, Step
 from runs.services import run_start
+from skills.install import skill_install_bundle
 from skills.models import Policy, Skill
+from skills.policy_edits import policy_update
 from skills.selectors import policy_credential_values
-from skills.services import Actor, policy_update, skill_install_bundle
+from skills.services import Actor
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.runs.helpers import drive, new_workspace
 from tests.runs.test_credentials import _redis_dump

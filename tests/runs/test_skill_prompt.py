@@ -10,8 +10,8 @@ import pytest
 from runs.prompts import SKILL_LAYOUT, build_system_prompt
 from runs.services import run_start
 from skills.bundle import bundle_from_directory, find_skill_dirs, spec_findings
+from skills.extraction import skills_extract_from_workspace
 from skills.models import Policy, PolicyStatus, Skill
-from skills.services import skills_extract_from_workspace
 from tests.fixtures.llm import reply_text
 
 pytestmark = pytest.mark.django_db

@@ -470,6 +470,11 @@ def test_a_threads_worker_keeps_many_runs_waiting_on_the_llm_with_one_database_c
         # when all four slices wait for the model at the same time (a slice holding its
         # connection through the wait would leave the others stuck before their first query)
         _wait_for(lambda: len(llm_stub_server.requests) == 4, "four LLM requests at once")
+        # (a run's first request may be sent while its claim is still being written)
+        _wait_for(
+            lambda: set(_status(run_id) for run_id in run_ids) == {RunStatus.RUNNING},
+            "four runs claimed",
+        )
         # then the worker holds at most its one pooled connection, idle, outside a transaction
         with connection.cursor() as cursor:
             cursor.execute(
@@ -479,7 +484,6 @@ def test_a_threads_worker_keeps_many_runs_waiting_on_the_llm_with_one_database_c
             states = [row[0] for row in cursor.fetchall()]
         # (none at all when the pool has let its connection go between two uses)
         assert states in ([], ["idle"])
-        assert set(_status(run_id) for run_id in run_ids) == {RunStatus.RUNNING}
     finally:
         for gate in gates:
             gate.set()

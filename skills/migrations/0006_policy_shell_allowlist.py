@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('skills', '0004_policy_disabled_for_agent'),
+        ('skills', '0005_skill_index'),
     ]
 
     operations = [

@@ -1,0 +1,1 @@
+"""Operating the service: health and readiness, metrics, request-scoped log context."""
