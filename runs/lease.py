@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connections
-from django.db.models import Case, F, PositiveIntegerField, Q, QuerySet, When
+from django.db.models import Case, F, PositiveIntegerField, QuerySet, When
 from django.db.models.functions import Now
 from django.db.models.sql import UpdateQuery
 
@@ -93,55 +93,6 @@ def _claim_values(*, owner: str, ttl: timedelta, count_slice: bool) -> dict[str,
     return values
 
 
-def lease_claim_run(
-    *,
-    run_id: str,
-    owner: str,
-    expected_token: int | None = None,
-    ttl: timedelta | None = None,
-    count_slice: bool = False,
-) -> tuple[Lease, MotorRun] | None:
-    """Claim the run for one slice and return it as claimed; None when it is not this caller's
-    turn. One statement: the token bump, owner and expiry (database time) and the returned row.
-
-    Without `expected_token` the lease must be free, expired or already `owner`'s. With it (the
-    token a wake-up message was sent for), the claim also succeeds when the run's token moved one
-    past it and that newer lease expired unreleased: the slice that took this very message
-    stalled or died. A released lease at a newer token means the message was already served.
-    `count_slice` also adds one to `redelivery_count` of a created or running run (a slice
-    started; the slice resets it when it ends).
-    """
-    if ttl is None:
-        timeout_s = MotorRun.objects.filter(pk=run_id).values_list("timeout_s", flat=True).first()
-        if timeout_s is None:
-            return None
-        ttl = lease_ttl(timeout_s)
-    expired = Q(lease_expires_at__lt=Now())
-    claimable = Q(lease_expires_at__isnull=True) | expired | Q(lease_owner=owner)
-    if expected_token is not None:
-        claimable = (Q(lease_token=expected_token) & claimable) | (
-            Q(lease_token=expected_token + 1) & expired
-        )
-    values = _claim_values(owner=owner, ttl=ttl, count_slice=count_slice)
-    run = _update_returning(MotorRun.objects.filter(Q(pk=run_id) & claimable), values)
-    if run is None:
-        return None
-    return Lease(run_id=run_id, token=run.lease_token, owner=owner, ttl=ttl), run
-
-
-def lease_claim(
-    *,
-    run_id: str,
-    owner: str,
-    expected_token: int | None = None,
-    ttl: timedelta | None = None,
-) -> Lease | None:
-    """Claim the run for one slice; None when it is not this caller's turn (see
-    `lease_claim_run`, which also returns the claimed row)."""
-    claimed = lease_claim_run(run_id=run_id, owner=owner, expected_token=expected_token, ttl=ttl)
-    return claimed[0] if claimed is not None else None
-
-
 def owner_is_dead(owner: str) -> bool:
     """True when `owner` names a process on this host that no longer exists.
 
@@ -175,7 +126,8 @@ def lease_take_over_from_dead(
     """Claim a run whose live lease belongs to a dead local process; None otherwise.
 
     With `expected_token`, only the lease taken for that message (token + 1) is taken over.
-    Returns the lease and the run as claimed (`count_slice` as in `lease_claim_run`).
+    Returns the lease and the run as claimed (`count_slice`: also add one to `redelivery_count` of a created or running run, as
+    `runs.ledger.ledger_claim` does).
     """
     held = (
         MotorRun.objects.filter(pk=run_id, lease_expires_at__isnull=False)

@@ -65,7 +65,7 @@ from runs.models import (
     Step,
 )
 from runs.mutex import mutex_hold
-from runs.pipeline import call_perform, intent_ahead
+from runs.pipeline import call_perform, executors_prewarm, intent_ahead
 from runs.policy_gate import standing_of
 from runs.records import SliceOutcome
 from runs.sessions import open_run_sessions, run_session_close
@@ -315,12 +315,18 @@ def _run_iteration(
     if not pending:
         if attempt.iteration >= attempt.max_iterations:
             return run_fail_budget(lease, run, attempt, actor=actor)
-        # A run granted sandbox tools gets its session while the model thinks: the first call
-        # then finds it open instead of waiting for the sandbox to start. It starts once the
-        # request is out: starting a sandbox forks this process, which would otherwise hold up
-        # the request's own work (the interpreter lock) by milliseconds.
+        # The granted tools' executors get ready while the model thinks: a run granted sandbox
+        # tools gets its session, so the first call finds it open instead of waiting for the
+        # sandbox to start (a run granted none opens none). It starts once the request is out:
+        # starting a sandbox forks this process, which would otherwise hold up the request's
+        # own work (the interpreter lock) by milliseconds.
         release_db_connection()
-        reply = _call_llm(run, attempt, client, on_sent=slot.prewarm if run.tools else None)
+        reply = _call_llm(
+            run,
+            attempt,
+            client,
+            on_sent=(lambda: executors_prewarm(run.tools, slot)) if run.tools else None,
+        )
         if isinstance(reply, LLMUnavailable):
             return run_fail_fenced(
                 lease,

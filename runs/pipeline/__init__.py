@@ -41,6 +41,7 @@ from runs.pipeline.executors import (
     Executor,
     call_execute,
     executor_for,
+    executors_prewarm,
     tool_kind_register,
     tool_kind_unregister,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "Verdict",
     "call_perform",
     "decide",
+    "executors_prewarm",
     "intent_ahead",
     "step_complete",
     "tool_kind_register",

@@ -19,7 +19,7 @@ sandbox. A new tool kind is one `Executor` and one `ToolManifest`, registered to
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -100,9 +100,16 @@ class Executor:
     def execute(self, call: CallContext) -> Outcome:
         raise NotImplementedError
 
+    def prewarm(self, slot: SandboxSlot) -> None:
+        """Get ready for a call that may follow the model's reply (called while the model
+        thinks, once per iteration of a run granted this kind); nothing by default."""
+
 
 class SandboxExecutor(Executor):
     """The sandbox's tools, in the run's warm session (`SandboxSlot`)."""
+
+    def prewarm(self, slot: SandboxSlot) -> None:
+        slot.prewarm()
 
     def execute(self, call: CallContext) -> Outcome:
         return call.slot.execute(
@@ -157,6 +164,17 @@ _executors: dict[str, Executor] = {
 def executor_for(name: str) -> Executor:
     """The executor of tool `name`: its registered one, else the sandbox."""
     return _executors.get(name, SANDBOX)
+
+
+def executors_prewarm(tools: Sequence[str], slot: SandboxSlot) -> None:
+    """Let the executor of every granted tool get ready (each executor once): a run granted
+    no sandbox tool opens no sandbox session."""
+    seen: set[int] = set()
+    for name in tools:
+        executor = executor_for(name)
+        if id(executor) not in seen:
+            seen.add(id(executor))
+            executor.prewarm(slot)
 
 
 def tool_kind_register(manifest: ToolManifest, executor: Executor) -> None:

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runs.lease import lease_claim, lease_fence
+from runs.lease import lease_fence
 from runs.ledger import ledger_claim
 from runs.models import MotorRun, RunStatus, Step
 from runs.services import SliceOutcome, run_start, run_step
@@ -52,18 +52,22 @@ def test_a_lease_never_outlives_its_runs_timeout(agent, make_agent, settings):
     assert (timedelta(seconds=50) < claimed <= timedelta(seconds=60)) is True
     assert (timedelta(seconds=50) < _lease_left(run_id) <= timedelta(seconds=60)) is True
     assert lease.ttl == timedelta(seconds=60)
-    # and the ORM claim (SQLite's, a take-over's) gives no more either
+    # and a shorter run's claim gives no more either
     other = run_start(
         agent_id=make_agent().pk, task="t", timeout_s=30, actor="t", workspace=new_workspace()
     )["run_id"]
-    assert lease_claim(run_id=other, owner="w").ttl == timedelta(seconds=30)
+    assert ledger_claim(run_id=other, owner="w", expected_token=None, actor="t")[0].ttl == (
+        timedelta(seconds=30)
+    )
     assert (timedelta(seconds=20) < _lease_left(other) <= timedelta(seconds=30)) is True
     # while a run longer than the setting keeps the setting's lease
     settings.MOTOR_LEASE_TTL_SECONDS = 120
     third = run_start(
         agent_id=make_agent().pk, task="t", timeout_s=600, actor="t", workspace=new_workspace()
     )["run_id"]
-    assert lease_claim(run_id=third, owner="w").ttl == timedelta(seconds=120)
+    assert ledger_claim(run_id=third, owner="w", expected_token=None, actor="t")[0].ttl == (
+        timedelta(seconds=120)
+    )
 
 
 def _terminate_every_other_connection() -> int:

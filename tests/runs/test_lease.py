@@ -12,12 +12,19 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from runs.errors import LeaseLost
-from runs.lease import lease_claim, lease_lock, lease_release
+from runs.lease import Lease, lease_lock, lease_release
+from runs.ledger import ledger_claim
 from runs.llm import chat_completion_body
 from runs.models import Attempt, MotorRun, RunEvent, RunStatus, Step
 from runs.services import SliceOutcome, run_start, run_step
 from tests.fixtures.llm import reply_text, tool_call
 from tests.runs.helpers import new_workspace, snapshot
+
+
+def lease_claim(*, run_id: str, owner: str) -> Lease | None:
+    """The slice's claim (`ledger_claim`) as a lease; None when it is not `owner`'s turn."""
+    claimed = ledger_claim(run_id=run_id, owner=owner, expected_token=None, actor="t")
+    return claimed[0] if claimed is not None else None
 
 
 def _expire(run_id: str) -> None:

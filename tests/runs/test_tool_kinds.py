@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from runs.errors import InvalidRunParams
 from runs.models import ApprovalRequest, MotorRun, RunStatus, Step, StepState
@@ -104,6 +105,25 @@ def test_a_registered_tool_kind_is_granted_offered_run_and_recorded(agent, scrip
     }
     run = MotorRun.objects.get(pk=run_id)
     assert (run.status, run.tools, run.result["summary"]) == (RunStatus.COMPLETED, ["echo"], "done")
+
+
+def test_a_run_granted_only_a_registered_tool_kind_opens_no_sandbox(agent, scripted_llm, echo):
+    # given a run granted only the registered tool (no sandbox tool), which calls it once
+    cold_starts = (
+        REGISTRY.get_sample_value("motor_sandbox_session_starts_total", {"kind": "cold"}) or 0.0
+    )
+    run_id = run_start(
+        workspace=new_workspace(), agent_id=agent.pk, task="Echo hi", tools=["echo"], actor="t"
+    )["run_id"]
+    scripted_llm.add(reply_tools(tool_call("echo", {"text": "hi"})), reply_text("done"))
+    # when it runs to its end
+    drive(run_id, scripted_llm.client())
+    # then its call ran and no sandbox session was opened for it, ahead or otherwise
+    assert echo.calls == [("echo", {"text": "hi"}, True)]
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.COMPLETED
+    assert (
+        REGISTRY.get_sample_value("motor_sandbox_session_starts_total", {"kind": "cold"}) or 0.0
+    ) == cold_starts
 
 
 def test_a_registered_tool_kind_not_granted_to_the_run_is_refused_and_never_runs(
