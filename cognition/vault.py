@@ -27,16 +27,22 @@ _NAME_RE = re.compile(CREDENTIAL_NAME_PATTERN)
 
 
 def normalize_name(name: str) -> str:
-    """`VAULT_API_KEY` → `API_KEY`; validate against ^[A-Za-z_][A-Za-z0-9_]{0,63}$."""
+    """`VAULT_API_KEY` → `API_KEY`; validate against ^[A-Za-z_][A-Za-z0-9_]{0,63}$.
+
+    The VAULT_ prefix (any case) is dropped only when what follows is a valid name: `vault_`
+    and `VAULT_1X` are names of their own. So every name the API's documented pattern admits is
+    accepted."""
     if not isinstance(name, str):
         raise CredentialInvalid(
             "A credential name must be a string.", details={"field": "name", "rule": "string"}
         )
-    stripped = name[len(SEED_PREFIX) :] if name.upper().startswith(SEED_PREFIX) else name
+    stripped = name
+    if name.upper().startswith(SEED_PREFIX) and _NAME_RE.fullmatch(name[len(SEED_PREFIX) :]):
+        stripped = name[len(SEED_PREFIX) :]
     if not _NAME_RE.fullmatch(stripped):
         raise CredentialInvalid(
             f"Credential name {name!r} is not allowed: names are 1-64 ASCII letters, digits and "
-            "underscores, not starting with a digit (a VAULT_ prefix is dropped).",
+            "underscores, not starting with a digit (a VAULT_ prefix before a valid name is dropped).",
             details={"field": "name", "rule": "credential_name", "value": name[:80]},
         )
     return stripped

@@ -4,7 +4,8 @@ Loaded with `-p tests.parallel_env` (bin/test does) so that it runs before Djang
 settings: pytest-xdist names the worker in PYTEST_XDIST_WORKER before the worker parses its
 options. The PostgreSQL test database needs nothing here (pytest-django already suffixes its name
 with the worker id); everything the tests and the worker processes they spawn share through the
-environment — the broker and mutex Redis, the data and workspace directories — is split.
+environment — the broker and mutex Redis, the data, workspace and metrics directories — is
+split.
 
 MOTOR_TEST_REDIS_DBS lists the Redis databases to hand out in worker order ("15,14,13");
 worker gwN takes the Nth. Without it the process keeps its own REDIS_URL, which is only safe with
@@ -35,6 +36,9 @@ def _split_environment() -> None:
         url = os.environ.get(name)
         if url:
             os.environ[name] = urlsplit(url)._replace(path=f"/{dbs[index]}").geturl()
+    # the controller's Django settings already chose a metrics directory (under the shared
+    # data dir) and the workers inherited it: each worker derives its own from its data dir
+    os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
     data_dir = os.environ.get("MOTOR_DATA_DIR")
     if data_dir:
         own = Path(data_dir) / worker

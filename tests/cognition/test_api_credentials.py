@@ -91,6 +91,27 @@ def test_bad_input_is_400_and_stores_nothing(
     assert Credential.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("path_name", "stored"),
+    [
+        ("VAULT_API_KEY", "API_KEY"),
+        ("vault_token", "token"),
+        ("vault_", "vault_"),
+        ("VAULT_1X", "VAULT_1X"),
+    ],
+)
+def test_a_vault_prefix_is_dropped_only_before_a_valid_name(
+    world: World, path_name: str, stored: str
+) -> None:
+    # every name the documented pattern admits is stored: the prefix goes only when what
+    # follows it is a name of its own
+    response = bearer(world.alpha_token).put(
+        CREDENTIALS + f"{path_name}/", {"value": SECRET}, format="json"
+    )
+    assert (response.status_code, response.json()["name"]) == (200, stored)
+    assert list(Credential.objects.values_list("name", flat=True)) == [stored]
+
+
 def test_deleting_an_unknown_name_is_404(world: World) -> None:
     response = bearer(world.alpha_token).delete(CREDENTIALS + "NOPE/")
     assert response.status_code == 404

@@ -19,7 +19,8 @@ from django.contrib.auth import get_user_model
 from cognition.models import Agent
 from skills.bundle import bundle_from_files
 from skills.models import PolicyAuditEvent, SkillFile, SkillVersion
-from skills.services import Actor, skill_install_bundle
+from skills.install import skill_install_bundle
+from skills.services import Actor
 
 bundle = bundle_from_files(
     {"SKILL.md": b"---\nname: demo\ndescription: d\n---\nbody\n"}, dir_name="demo"
