@@ -1,7 +1,7 @@
 """.env.example, the settings and the README agree: copying .env.example to .env changes nothing.
 
 A user starts from .env.example; a value there that differs from the default the settings and the
-README state (a worker pool, a timeout) silently reconfigures their instance.
+README and docs/configuration.md state (a worker pool, a timeout) silently reconfigures their instance.
 """
 
 from __future__ import annotations
@@ -52,9 +52,9 @@ def _settings_vars() -> set[str]:
 
 
 def _readme_defaults() -> dict[str, str]:
-    """NAME -> default of the README's configuration table (one name per row only)."""
+    """NAME -> default of docs/configuration.md's table (one name per row only)."""
     defaults: dict[str, str] = {}
-    for line in (ROOT / "README.md").read_text().splitlines():
+    for line in (ROOT / "docs" / "configuration.md").read_text().splitlines():
         match = re.match(r"\| `([A-Z][A-Z0-9_]*)` \| ([^|]*) \|", line)
         if match:
             defaults[match[1]] = match[2].strip()
@@ -85,11 +85,26 @@ def test_every_variable_the_settings_read_is_in_env_example() -> None:
 
 
 def test_every_variable_in_env_example_is_in_the_readme_table() -> None:
-    # given the README's configuration table (a row may name two variables)
-    readme = (ROOT / "README.md").read_text()
+    # given the configuration table (a row may name two variables)
+    table = (ROOT / "docs" / "configuration.md").read_text()
     # then every variable of .env.example has a row
-    missing = [name for name in _example() if f"`{name}`" not in readme]
+    missing = [name for name in _example() if f"`{name}`" not in table]
     assert missing == []
+
+
+def test_the_readme_rows_are_rows_of_the_configuration_table() -> None:
+    # given the README's short table of the settings a first deployment needs
+    table = [
+        line.replace("docs/", "")
+        for line in (ROOT / "docs" / "configuration.md").read_text().splitlines()
+    ]
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    # (a link from the README into docs/ is the same link from docs/configuration.md)
+    rows = [line.replace("docs/", "") for line in section.splitlines() if line.startswith("| `")]
+    # then each row is the full table's row, word for word (one source of what a setting means)
+    assert len(rows) >= 10
+    assert [row for row in rows if row not in table] == []
 
 
 def test_copying_env_example_to_env_changes_no_setting() -> None:
