@@ -86,14 +86,15 @@ MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     # request id and run id on every log line of the request (X-Request-ID)
     "cognition.ops.logcontext.RequestLogContextMiddleware",
+    # JSON error bodies for what Django answers itself under /api/ (no route, a crash, a Host
+    # header it refuses): outside every middleware that can answer, CommonMiddleware included
+    # (its trailing-slash redirect is not an error and passes untouched)
+    "cognition.api.middleware.APIErrorBodyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # serves the admin's static files from the app image (gunicorn does not serve files)
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    # JSON error bodies for what Django answers itself under /api/ (no route, a crash);
-    # after CommonMiddleware so that its trailing-slash redirect still sees the 404
-    "cognition.api.middleware.APIErrorBodyMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",

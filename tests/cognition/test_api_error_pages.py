@@ -119,6 +119,7 @@ ID_OR_TIME_ORDERED = [
     "/api/v1/schedules/",
     "/api/v1/conversations/",
     "/api/v1/conversations/{conversation}/messages/",
+    "/api/v1/audit/",
 ]
 GARBLED = [
     "zzz",  # not base64
@@ -185,8 +186,20 @@ def test_the_schema_documents_the_400_of_every_cursor(tmp_path: Path) -> None:
         for op in operations.values()
         if any(p["name"] == "cursor" for p in op.get("parameters", []))
     ]
-    assert len(paginated) == 8  # the lists above and a schedule's occurrences
+    assert len(paginated) == 9  # the lists above and a schedule's occurrences
     for url, operation in paginated:
         assert "400" in operation["responses"], url
         cursor = next(p for p in operation["parameters"] if p["name"] == "cursor")
         assert "an invalid cursor is a 400" in cursor["description"], url
+
+
+def test_a_host_header_the_server_refuses_is_a_json_400(world: World) -> None:
+    # given a request under /api/ whose Host header names no allowed host (Django refuses it
+    # before any view, in CommonMiddleware)
+    response = bearer(world.alpha_token).post(
+        "/api/v1/runs/nope/respond/", {"answer": "x"}, format="json", HTTP_HOST="!?"
+    )
+    # then the answer is the API's JSON error body, not Django's HTML page
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["error"]["code"] == "malformed_request"
