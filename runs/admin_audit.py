@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from runs.audit import RECORD_FIELDS
 from runs.audit_models import ToolCallAudit
 
 
@@ -31,27 +32,7 @@ class ToolCallAuditAdmin(admin.ModelAdmin):
     search_fields = ("run_ref", "agent_name", "skill_name", "tool")
     date_hierarchy = "created_at"
     show_full_result_count = False  # a count(*) over millions of rows on every page is slow
-    fields = (
-        "created_at",
-        "run_ref",
-        "attempt",
-        "iteration",
-        "call_index",
-        "agent_name",
-        "skill_name",
-        "skill_version_hash",
-        "tool",
-        "inputs",
-        "output_summary",
-        "success",
-        "error_code",
-        "duration_ms",
-        "decision",
-        "approval_required",
-        "approved_by",
-        "trust_level",
-        "actor",
-    )
+    fields = RECORD_FIELDS
     readonly_fields = fields
 
     @admin.display(description="Step")

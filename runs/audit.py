@@ -172,14 +172,13 @@ def tool_audit_filter(
     return queryset
 
 
-EXPORT_FIELDS = (
-    "id",
+#: the columns a reader of one row sees (the admin, the API, the export)
+RECORD_FIELDS = (
     "created_at",
     "run_ref",
     "attempt",
     "iteration",
     "call_index",
-    "agent_ref_id",
     "agent_name",
     "skill_name",
     "skill_version_hash",
@@ -195,6 +194,8 @@ EXPORT_FIELDS = (
     "trust_level",
     "actor",
 )
+#: an export line also carries the row's id and the agent's id, beside its name
+EXPORT_FIELDS = ("id", *RECORD_FIELDS[:5], "agent_ref_id", *RECORD_FIELDS[5:])
 
 
 def tool_audit_iter(

@@ -14,7 +14,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from runs.audit import tool_audit_filter
+from runs.audit import RECORD_FIELDS, tool_audit_filter
 from runs.audit_models import ToolCallAudit
 from skills.toolpolicy import manifests
 from skills.toolpolicy.trust import TrustLevel
@@ -30,28 +30,7 @@ class AuditCursorPagination(CursorPage):
 class ToolCallAuditSerializer(serializers.ModelSerializer):
     class Meta:
         model = ToolCallAudit
-        fields = (
-            "id",
-            "created_at",
-            "run_ref",
-            "attempt",
-            "iteration",
-            "call_index",
-            "agent_name",
-            "skill_name",
-            "skill_version_hash",
-            "tool",
-            "inputs",
-            "output_summary",
-            "success",
-            "error_code",
-            "duration_ms",
-            "decision",
-            "approval_required",
-            "approved_by",
-            "trust_level",
-            "actor",
-        )
+        fields = ("id", *RECORD_FIELDS)
         read_only_fields = fields
 
 
