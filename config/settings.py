@@ -77,6 +77,7 @@ INSTALLED_APPS = [
     "django_prometheus",
     "skills",
     "runs",
+    "forge",
     "cognition",
 ]
 
