@@ -287,8 +287,9 @@ def _core_agentic(
             workspace.mkdir(parents=True, exist_ok=False)
         with transaction.atomic():
             # Lock and drain first, then create: a busy agent or a refused start rolls back both.
-            energy.energy_drain(agent=agent, mode=energy.Mode.AGENTIC, tools=granted)
+            taken = energy.energy_take(agent=agent, mode=energy.Mode.AGENTIC, tools=granted)
             started = run_start(
+                energy_cost=taken,
                 agent_id=agent.pk,
                 task=task,
                 actor=actor_label(principal),
