@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from cognition.core_act import core_act
@@ -21,8 +22,9 @@ from runs.models import Attempt, MotorRun, RunStatus, Signal
 from runs.services import SliceOutcome
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.runs.helpers import drive
+from tests.skills.admin_support import make_user
 
-from .conftest import World
+from .conftest import World, bearer
 from .core_support import _clean_mutex_keys, workspaces  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.django_db
@@ -205,3 +207,40 @@ def test_the_rates_of_each_mode(settings) -> None:
 def test_a_browser_run_starts_at_its_own_base(world, no_regen) -> None:
     drained = energy_drain(agent=world.alpha, mode="agentic", tools=["browser"])
     assert drained.energy == pytest.approx(0.80)
+
+
+def test_the_api_and_the_admin_show_the_runs_usage(
+    world, workspaces, scripted_llm, no_regen, client
+):
+    # given a finished run of six iterations
+    run_id = _start(world)
+    scripted_llm.add(*(_listing(n) for n in range(1, 6)), _used(reply_text("done"), 7, 3))
+    drive(run_id, scripted_llm.client())
+    prompt = sum(100 + n for n in range(1, 6)) + 7
+
+    # when its owner reads it through the API
+    detail = bearer(world.alpha_token).get(f"/api/v1/runs/{run_id}/").json()
+
+    # then the usage is there, the run's and each attempt's
+    usage = detail["usage"]
+    assert {k: v for k, v in usage.items() if k != "attempts"} == {
+        "iterations": 6,
+        "llm_calls": 6,
+        "tool_calls": 5,
+        "tool_errors": 0,
+        "prompt_tokens": prompt,
+        "completion_tokens": 53,
+        "total_tokens": prompt + 53,
+        "energy_cost": pytest.approx(0.11),
+    }
+    assert [(a["index"], a["llm_calls"], a["energy_cost"]) for a in usage["attempts"]] == [
+        (0, 6, pytest.approx(0.01))
+    ]
+    # and the admin's run page shows the same totals
+    client.force_login(make_user("root", superuser=True))
+    page = client.get(reverse("admin:runs_motorrun_change", args=[run_id])).content.decode()
+    footer = page[page.index('id="run-usage"') :]
+    footer = footer[: footer.index("</tfoot>")]
+    assert f"{prompt} + 53 = {prompt + 53}" in footer
+    assert "<td>6</td><td>6</td><td>5</td>" in footer
+    assert "0.11" in footer
