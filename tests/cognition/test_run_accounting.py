@@ -6,6 +6,7 @@ tokens the model reported, in the result, the signal, the API and the admin."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -244,3 +245,25 @@ def test_the_api_and_the_admin_show_the_runs_usage(
     assert f"{prompt} + 53 = {prompt + 53}" in footer
     assert "<td>6</td><td>6</td><td>5</td>" in footer
     assert "0.11" in footer
+
+
+def test_an_iterations_charge_starts_from_the_regenerated_level(
+    world, workspaces, scripted_llm, settings
+):
+    # given regeneration of 0.1 per hour, an agent left at 0.5 an hour ago, every iteration paid
+    settings.MOTOR_ENERGY_REGEN_PER_HOUR = 0.1
+    settings.MOTOR_ENERGY_AGENTIC_FREE_ITERATIONS = 0
+    settings.MOTOR_ENERGY_AGENTIC_PER_ITERATION = 0.01
+    run_id = _start(world)
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    Agent.objects.filter(pk=world.alpha.pk).update(energy=0.5, last_energy_at=an_hour_ago)
+    scripted_llm.add(reply_text("done"))
+
+    # when the run's one iteration is recorded
+    drive(run_id, scripted_llm.client())
+
+    # then the database took 0.01 from 0.5 + 0.1 × 1 h and stamped the time of the charge
+    agent = Agent.objects.get(pk=world.alpha.pk)
+    assert agent.energy == pytest.approx(0.59, abs=1e-3)
+    assert timezone.now() - agent.last_energy_at < timedelta(minutes=1)
+    assert MotorRun.objects.get(pk=run_id).energy_cost == pytest.approx(0.11)
