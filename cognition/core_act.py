@@ -13,8 +13,9 @@ core.act decisions (seed 000 "Motor Run Lifecycle", seed 001 "core.act"):
   waits in awaiting_input with a question naming them and saying to set them in the admin or
   through the API (never as an answer). Setting them (cognition.services.credential_set) resumes
   it; an answer to that question is dropped, never stored.
-- Energy: checked before anything is prepared; drained (0.15 agentic, 0.05 oneshot) in the same
-  transaction that creates the run, so a refused or busy call drains nothing.
+- Energy: checked before anything is prepared; the start cost (runs.accounting: an agentic run's
+  base, a oneshot's flat cost) is drained in the same transaction that creates the run, so a
+  refused or busy call drains nothing; an agentic run pays its later iterations as they happen.
 """
 
 from __future__ import annotations

@@ -350,7 +350,9 @@ class RunListView(PrincipalAPIView):
         description=(
             "An approved skill runs with its policy's tools, domains and credentials (explicit "
             "tools/domains may only narrow them); a skill in any other status needs explicit "
-            "tools and domains. Energy (0.15) is taken only when the run is created. "
+            "tools and domains. The run's base energy (MOTOR_ENERGY_AGENTIC_BASE, 0.10 by "
+            "default) is taken only when it is created; each iteration past the free ones is "
+            "paid as it is recorded. "
             "Idempotency-Key: a replay within 24 h returns the first response."
         ),
         parameters=[
