@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery, Sum
 
+from runs.accounting import run_usage
 from runs.models import ACTIVE_STATUSES, Attempt, MotorRun, RunEvent, Signal, Step
 
 
@@ -104,6 +105,7 @@ def run_status(*, run_id: str) -> dict[str, Any] | None:
         },
         "attempts": run.current_attempt_index + 1,
         "max_attempts": run.max_attempts,
+        "usage": run_usage(run),
         "pending_question": attempt.pending_question or None,
         "missing_credentials": list(run.missing_credentials),
         "steps": [

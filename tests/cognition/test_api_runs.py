@@ -46,7 +46,7 @@ def test_an_agent_creates_a_run_and_reads_it_back(world, workspaces):
         [],
         "api",
     )
-    assert _energy(world.alpha) == pytest.approx(0.85)
+    assert _energy(world.alpha) == pytest.approx(0.90)
     detail = client.get(f"/api/v1/runs/{run_id}/").json()
     assert (detail["id"], detail["status"], detail["task"]) == (run_id, "created", BODY["task"])
     assert (detail["pending_question"], detail["pending_approval"], detail["steps"]) == (
@@ -78,7 +78,7 @@ def test_a_busy_agent_gets_409_with_the_runtime_message_and_keeps_its_energy(wor
         "details": {"run_id": first},
     }
     assert MotorRun.objects.count() == 1
-    assert _energy(world.alpha) == pytest.approx(0.85)
+    assert _energy(world.alpha) == pytest.approx(0.90)
 
 
 def test_an_idempotent_replay_returns_the_first_response_and_creates_nothing(world, workspaces):
@@ -92,7 +92,7 @@ def test_an_idempotent_replay_returns_the_first_response_and_creates_nothing(wor
     assert (again.status_code, again.json()) == (201, first.json())
     assert again.headers["Idempotent-Replayed"] == "true"
     assert MotorRun.objects.count() == 1
-    assert _energy(world.alpha) == pytest.approx(0.85)
+    assert _energy(world.alpha) == pytest.approx(0.90)
     # when the key is reused for another request
     other = client.post(
         "/api/v1/runs/",

@@ -799,3 +799,31 @@ def test_a_skill_without_any_origin_says_its_source_is_unknown(
     html = logged_in(approver).get(review_url(policy)).content.decode()
     assert "unknown source" in html
     assert "Extracted from run" not in html
+
+
+def test_a_shell_allowlist_naming_a_program_the_sandbox_lacks_is_refused_by_the_console(
+    approver: User, policy: Policy
+) -> None:
+    # given a reviewed policy, as its page shows it
+    client = logged_in(approver)
+    client.get(review_url(policy))
+    before = Policy.objects.filter(pk=policy.pk).values().get()
+
+    # when the approver saves an allowlist naming a program the sandbox does not have
+    response = client.post(
+        review_url(policy),
+        {
+            "action": "save",
+            "allowed_domains": "api.open-meteo.com",
+            "required_credentials": "",
+            "tools": ["bash"],
+            "dependencies": "",
+            "shell_allowlist": "jq\nno-such-program-here",
+        },
+    )
+
+    # then the page says which program and why, and the policy is as it was
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert escape("'no-such-program-here' does not exist in the sandbox") in page
+    assert Policy.objects.filter(pk=policy.pk).values().get() == before
