@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib.admin.utils import quote
 from django.contrib.auth.views import LoginView
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -196,14 +197,23 @@ def _run_url_of(run_id: str, user: Any) -> str:
 
 
 def _runs(conversation: Conversation, user: Any) -> list[dict[str, Any]]:
-    links = (
-        ConversationRun.objects.filter(conversation=conversation)
-        .select_related("run")
-        .order_by("-id")[:RUNS_SHOWN]
+    """The runs the conversation knows, newest first: those it started ("chat") and those started
+    elsewhere (the API, a schedule) whose signals reached it ("elsewhere"), so the panel agrees
+    with the run events the conversation shows."""
+    heard = Message.objects.filter(conversation=conversation, signal__run__isnull=False).values(
+        "signal__run"
+    )
+    own = ConversationRun.objects.filter(conversation=conversation).values("run")
+    runs = (
+        MotorRun.objects.filter(agent=conversation.agent)
+        .filter(Q(pk__in=own) | Q(pk__in=heard))
+        .select_related("conversation_link")
+        .order_by("-created_at", "-pk")[:RUNS_SHOWN]
     )
     rows = []
-    for link in links:
-        run = link.run
+    for run in runs:
+        link = getattr(run, "conversation_link", None)
+        started_here = link is not None and link.conversation_id == conversation.pk
         attempt = Attempt.objects.filter(run=run, index=run.current_attempt_index).first()
         rows.append(
             {
@@ -221,6 +231,7 @@ def _runs(conversation: Conversation, user: Any) -> list[dict[str, Any]]:
                 "cancel_url": reverse("chat-cancel-run", args=[conversation.pk, run.pk])
                 if run.is_active
                 else "",
+                "origin": "chat" if started_here else "elsewhere",
             }
         )
     return rows
