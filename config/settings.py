@@ -128,6 +128,9 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    from config.sqlite import require_sqlite
+
+    require_sqlite()  # 3.35 or newer (RETURNING), or a clear error naming the way out
     # WAL lets the web process read while a worker writes; the timeout (seconds) waits out
     # short write locks instead of failing with "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {})

@@ -178,7 +178,9 @@ class RunDetailSerializer(serializers.Serializer):
         child=serializers.DictField(),
         help_text="Tool calls in order: attempt and call_index count from 0; attempt_number and "
         "call_number are the same counted from 1; iteration is the LLM call that asked for it "
-        "(from 1).",
+        "(from 1). Each has tool, arguments, state (intent, done), ok, error_code, duration_ms "
+        "and output_excerpt: the first 200 characters of the call's output (whitespace folded, "
+        "'…' when cut; empty while the call is in flight); GET runs/{id}/log/ has more.",
     )
     created_at = serializers.CharField()
     started_at = serializers.CharField(allow_null=True)

@@ -3,6 +3,7 @@ decisions and their audit rows. The browser flow is in test_admin_browser.py."""
 
 from __future__ import annotations
 
+import re
 from html import escape
 from pathlib import Path
 
@@ -527,7 +528,7 @@ def test_skill_markdown_is_rendered_with_its_raw_html_escaped(
     html = logged_in(approver).get(review_url(policy)).content.decode()
 
     # then the markdown is rendered, and the file's <script> is text, not markup
-    assert "<h1>Weather report</h1>" in html
+    assert "<h4>Weather report</h4>" in html  # under the page title, section and file
     assert "&lt;script&gt;alert(&#x27;raw html in a skill&#x27;)&lt;/script&gt;" in html
     assert "<script>alert('raw html in a skill')" not in html
 
@@ -827,3 +828,13 @@ def test_a_shell_allowlist_naming_a_program_the_sandbox_lacks_is_refused_by_the_
     page = response.content.decode()
     assert escape("'no-such-program-here' does not exist in the sandbox") in page
     assert Policy.objects.filter(pk=policy.pk).values().get() == before
+
+
+def test_the_review_page_has_one_h1_naming_the_skill_and_agent(
+    approver: User, policy: Policy
+) -> None:
+    # the skill's SKILL.md starts with "# Weather report": rendered, it must not be a second h1
+    html = logged_in(approver).get(review_url(policy)).content.decode()
+    headings = re.findall(r"<h1[ >].*?</h1>", html, flags=re.S)
+    assert len(headings) == 1, headings
+    assert headings[0].startswith('<h1 id="review-title">Review: weather-report')
