@@ -79,7 +79,8 @@ def test_the_hint_is_added_to_the_failure_summary_and_the_runs_result(
         run = _failed_by_refusals(agent, scripted_llm)
     assert len(callbacks) >= 1  # the mutex release and the hint request
     signal_before = Signal.objects.get(run=run).payload
-    hint_llm.add(reply_text("  The run lacks the read tool.\n Grant read and retry. "))
+    answer = reply_text("  The run lacks the read tool.\n Grant read and retry. ")
+    hint_llm.add({**answer, "usage": {"prompt_tokens": 30, "completion_tokens": 12}})
     # when the hint is asked for
     hint = run_failure_hint(run_id=run.id, attempt_index=0)
     # then it is stored, whitespace folded, on the attempt and in the run's result
@@ -91,6 +92,9 @@ def test_the_hint_is_added_to_the_failure_summary_and_the_runs_result(
     request = hint_llm.requests[0]
     assert request["max_tokens"] == 150
     assert "Failure: invalid_task: tool 'read' was refused" in request["messages"][1]["content"]
+    # and the hint is counted as one more LLM call of the attempt, with the tokens it reported
+    attempt = Attempt.objects.get(run=run)
+    assert (attempt.llm_calls, attempt.prompt_tokens, attempt.completion_tokens) == (4, 30, 12)
     # and nothing else changed: the signal stays as emitted, a second ask adds nothing
     assert Signal.objects.get(run=run).payload == signal_before
     assert run_failure_hint(run_id=run.id, attempt_index=0) == ""
