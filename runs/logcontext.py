@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from django.db import DatabaseError, connection
-from structlog.contextvars import bind_contextvars, clear_contextvars
+from structlog.contextvars import bind_contextvars, clear_contextvars, unbind_contextvars
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,11 @@ def log_context_bind_run(run_id: str) -> None:
 def log_context_bind(**values: Any) -> None:
     """Bind more context (iteration, step, tool) for the rest of the current task or request."""
     bind_contextvars(**values)
+
+
+def log_context_unbind(*keys: str) -> None:
+    """Drop context that no longer holds (the step and tool once the next LLM call starts)."""
+    unbind_contextvars(*keys)
 
 
 def log_context_for_task(task: Any, task_id: str, args: tuple[Any, ...], kwargs: dict) -> None:

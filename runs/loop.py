@@ -56,7 +56,7 @@ from runs.ledger import (
 )
 from runs.llm import LLMReply
 from runs.llm_request import _call_llm
-from runs.logcontext import log_context_bind
+from runs.logcontext import log_context_bind, log_context_unbind
 from runs.metrics import ITERATIONS
 from runs.models import (
     ACTIVE_STATUSES,
@@ -329,6 +329,8 @@ def _run_iteration(
         # sandbox to start (a run granted none opens none). It starts once the request is out:
         # starting a sandbox forks this process, which would otherwise hold up the request's
         # own work (the interpreter lock) by milliseconds.
+        # the request's lines belong to the next iteration, not to the last tool call
+        log_context_unbind("step", "tool")
         release_db_connection()
         reply = _call_llm(
             run,

@@ -129,4 +129,8 @@ def test_a_real_worker_logs_json_lines_bound_to_the_run(
     }
     # and the lines after the first reply name its iteration (the run's first LLM answer)
     assert any(r.get("iteration") == 1 for r in of_run)
+    # and an LLM request's lines do not name the tool call before it (the step is over)
+    requests = [r for r in of_run if "/chat/completions" in r["event"]]
+    assert len(requests) == 2
+    assert [("step" in r, "tool" in r) for r in requests] == [(False, False), (False, False)]
     assert SECRET not in worker_logs(tmp_path)

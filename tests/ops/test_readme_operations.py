@@ -50,7 +50,7 @@ def test_the_log_lines_are_json_with_the_bound_fields() -> None:
     (block,) = _blocks("json")
     task_line, request_line = (json.loads(line) for line in block.strip().splitlines())
     common = {"event", "level", "logger", "timestamp", "host"}
-    assert common | {"run_id", "agent", "skill", "attempt", "iteration", "step"} <= set(task_line)
+    assert common | {"run_id", "agent", "skill", "attempt", "iteration"} <= set(task_line)
     assert common | {"request_id"} <= set(request_line)
 
 
