@@ -1,0 +1,209 @@
+# ruff: noqa: F811 - pytest fixtures imported from core_support are parameters here
+"""A skill's declared dependencies: installed once per (skill version, dependency list) in a
+sandbox from a real package index (pypiserver, tests.fixtures.package_index), mounted read-only
+into every run of that skill, shown in the run's trace, and collected once no approved version
+needs them. Changing them is a policy edit: the approval stays."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from django.db import connections
+
+from cognition.core_act import core_act
+from cognition.principals import Principal
+from cognition.services import credential_set
+from runs.layer_step import INSTALL_TOOL
+from runs.layers import LayerReady, layer_ensure, layers_collect
+from runs.models import DependencyLayer, LayerStatus, MotorRun, RunStatus, Step
+from skills.models import Policy, PolicyStatus
+from skills.policy_edits import policy_update
+from skills.services import Actor
+from tests.fixtures.llm import reply_text, reply_tools, tool_call
+from tests.fixtures.package_index import PackageIndex
+from tests.runs.helpers import drive
+
+from .conftest import World
+from .core_support import _clean_mutex_keys, skill_in_status, workspaces  # noqa: F401
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+
+PRINT_VALUE = "import mcdemo\nprint('value', mcdemo.VALUE)\n"
+
+
+@pytest.fixture
+def index(package_index: PackageIndex, settings, monkeypatch, tmp_path: Path) -> PackageIndex:
+    """Installs go to the local index; layers to a directory of this test."""
+    monkeypatch.setenv("MOTOR_SANDBOX_EGRESS_HOSTS", package_index.egress_hosts)
+    settings.MOTOR_PIP_INDEX_URL = package_index.url
+    settings.MOTOR_PIP_DOWNLOAD_HOSTS = []
+    settings.MOTOR_DEPENDENCY_LAYERS_DIR = tmp_path / "layers"
+    return package_index
+
+
+@pytest.fixture
+def weather(world: World, workspaces, tmp_path: Path) -> Policy:
+    policy = skill_in_status(
+        tmp_path / "src", agent=world.alpha, approver=world.olivia, status="approved"
+    )
+    credential_set(agent=world.alpha, name="WEATHER_TOKEN", value="tok-12345678", actor="test")
+    return policy
+
+
+def _declare(policy: Policy, dependencies: list[str]) -> Policy:
+    return policy_update(policy=policy, actor=Actor.system("test"), dependencies=dependencies)
+
+
+def _run(world: World, scripted_llm, code: str = PRINT_VALUE) -> MotorRun:
+    run_id = core_act(
+        principal=Principal.for_agent(world.alpha),
+        agent=world.alpha,
+        mode="agentic",
+        task="Report the weather",
+        skill="weather-report",
+        trigger="api",
+    )["run_id"]
+    scripted_llm.add(reply_tools(tool_call("code", {"code": code}, call_id="c")), reply_text("ok"))
+    drive(run_id, scripted_llm.client())
+    return MotorRun.objects.get(pk=run_id)
+
+
+def _steps(run: MotorRun) -> list[tuple[str, dict]]:
+    return [
+        (step.tool, step.result)
+        for step in Step.objects.filter(attempt__run=run).order_by("iteration", "call_index")
+    ]
+
+
+def test_a_skill_run_installs_its_dependencies_once_and_later_runs_reuse_the_layer(
+    world, weather, index, scripted_llm, settings
+):
+    # given an approved skill whose policy now declares a dependency (a policy edit)
+    policy = _declare(weather, ["mcdemo==1.0.0"])
+    assert policy.status == PolicyStatus.APPROVED
+    downloads = index.requests_for("mcdemo-1.0.0-py3-none-any.whl")
+
+    # when it runs and its code imports the package
+    run = _run(world, scripted_llm)
+
+    # then the run completed, its trace starts with the install, and the code saw the package
+    assert run.status == RunStatus.COMPLETED
+    (install, install_result), (code, code_result) = _steps(run)
+    assert (install, code) == (INSTALL_TOOL, "code")
+    assert install_result["ok"] is True
+    assert install_result["output"].startswith("installed 1 package (pip:mcdemo==1.0.0) in ")
+    assert install_result["layer"]["reused"] is False
+    assert install_result["duration_ms"] > 0
+    assert Step.objects.get(attempt__run=run, tool=INSTALL_TOOL).arguments == {
+        "packages": ["pip:mcdemo==1.0.0"]
+    }
+    assert code_result["output"].strip() == "value 42"
+    # the layer is one complete, read-only directory; no temporary directory is left
+    layer = DependencyLayer.objects.get()
+    assert (layer.status, layer.packages) == (LayerStatus.READY, ["pip:mcdemo==1.0.0"])
+    root = Path(settings.MOTOR_DEPENDENCY_LAYERS_DIR)
+    assert [p.name for p in root.iterdir()] == [layer.key]
+    assert (root / layer.key / "python" / "mcdemo.py").read_text() == "VALUE = 42\n"
+    assert not (root / layer.key).stat().st_mode & 0o222
+    assert index.requests_for("mcdemo-1.0.0-py3-none-any.whl") == downloads + 1
+
+    # when the skill runs again
+    again = _run(world, scripted_llm)
+    # then the layer is reused: nothing is downloaded, the trace says so
+    (install, install_result), (_, code_result) = _steps(again)
+    assert install_result["output"].startswith("reused 1 package (pip:mcdemo==1.0.0) in ")
+    assert install_result["layer"] == {"key": layer.key, "reused": True}
+    assert code_result["output"].strip() == "value 42"
+    assert index.requests_for("mcdemo-1.0.0-py3-none-any.whl") == downloads + 1
+    assert DependencyLayer.objects.count() == 1
+
+
+def test_changing_the_dependencies_keeps_the_approval_and_the_old_layer_is_collected(
+    world, weather, index, scripted_llm, settings
+):
+    _declare(weather, ["mcdemo==1.0.0"])
+    first = _run(world, scripted_llm)
+    old = DependencyLayer.objects.get()
+
+    # when the owner pins another version: a policy edit, the status stays approved
+    policy = _declare(weather, ["mcdemo==2.0.0"])
+    assert policy.status == PolicyStatus.APPROVED
+    second = _run(world, scripted_llm)
+
+    # then the run gets a new layer with the new version
+    assert _steps(first)[1][1]["output"].strip() == "value 42"
+    assert _steps(second)[1][1]["output"].strip() == "value 43"
+    new = DependencyLayer.objects.exclude(pk=old.pk).get()
+    assert new.packages == ["pip:mcdemo==2.0.0"]
+    root = Path(settings.MOTOR_DEPENDENCY_LAYERS_DIR)
+
+    # when the collector runs while the old layer was used recently: it stays
+    assert layers_collect() == {"removed": 0, "temporary": 0}
+    assert (root / old.key).is_dir()
+    # once its last use is older than the keep period, the layer no approved version needs goes
+    DependencyLayer.objects.filter(pk__in=[old.pk, new.pk]).update(last_used_at=None)
+    assert layers_collect() == {"removed": 1, "temporary": 0}
+    assert list(DependencyLayer.objects.values_list("key", flat=True)) == [new.key]
+    assert sorted(p.name for p in root.iterdir()) == [new.key]
+
+
+def test_a_dependency_the_index_does_not_hold_fails_the_run_with_the_installers_message(
+    world, weather, index, scripted_llm, settings
+):
+    _declare(weather, ["nosuchpackage==1.0.0"])
+    run = _run(world, scripted_llm)
+
+    # then the run failed before the model was asked anything, saying what pip said
+    assert run.status == RunStatus.FAILED
+    failure = run.result["failure"]
+    assert failure["message"].startswith("installing the skill's dependencies failed:\n")
+    assert "No matching distribution found for nosuchpackage==1.0.0" in failure["message"]
+    assert failure["last_step"] == f"{INSTALL_TOOL} (iteration 0)"
+    assert scripted_llm.requests == []
+    ((tool, result),) = _steps(run)
+    assert (tool, result["ok"], result["error_code"]) == (INSTALL_TOOL, False, "exit_nonzero")
+    assert "No matching distribution found for nosuchpackage==1.0.0" in result["output"]
+    # and no layer exists: a failed row, no directory left behind
+    assert DependencyLayer.objects.get().status == LayerStatus.FAILED
+    root = Path(settings.MOTOR_DEPENDENCY_LAYERS_DIR)
+    assert list(root.iterdir()) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_callers_needing_one_layer_install_it_once(world, weather, index):
+    # given two workers needing the same layer at the same moment
+    version = weather.approved_version
+    downloads = index.requests_for("mcdemo-2.0.0-py3-none-any.whl")
+    results: list[LayerReady | BaseException] = []
+    start = threading.Barrier(2)
+
+    def need(owner: str) -> None:
+        try:
+            start.wait()
+            results.append(
+                layer_ensure(
+                    version_id=version.pk,
+                    version_hash=version.content_hash,
+                    dependencies=["mcdemo==2.0.0"],
+                    owner=owner,
+                )
+            )
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            results.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=need, args=(f"w{i}",)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+    # then both got the same complete layer, one of them built it, the index served it once
+    assert all(isinstance(r, LayerReady) for r in results), results
+    assert len({r.path for r in results}) == 1
+    assert sorted(r.installed for r in results) == [False, True]
+    assert DependencyLayer.objects.get().build_serial == 1
+    assert index.requests_for("mcdemo-2.0.0-py3-none-any.whl") == downloads + 1

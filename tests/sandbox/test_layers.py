@@ -1,0 +1,99 @@
+"""Dependency layers built in a real sandbox from a real package index (pypiserver), then
+mounted read-only into another session whose python3 imports from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandbox.layers import (
+    LAYER_MOUNT,
+    Package,
+    PackageIndex,
+    index_domains,
+    install_commands,
+    layer_build,
+    layer_environment,
+)
+from sandbox.session import SessionRegistry, open_session
+from sandbox.tools import execute_tool
+from sandbox.types import ExecRequest, SessionSpec
+from tests.fixtures.package_index import PackageIndex as Index
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def index(package_index: Index, monkeypatch: pytest.MonkeyPatch) -> PackageIndex:
+    monkeypatch.setenv("MOTOR_SANDBOX_EGRESS_HOSTS", package_index.egress_hosts)
+    return PackageIndex(pip_index_url=package_index.url, pip_download_hosts=())
+
+
+def test_the_install_may_reach_the_configured_index_only(index: PackageIndex) -> None:
+    packages = [Package("pip", "mcdemo", "1.0.0"), Package("npm", "left-pad", "1.3.0")]
+    assert index_domains(packages, index) == ("pypi.layers.test:8090", "registry.npmjs.org")
+    assert index_domains(packages[:1], PackageIndex()) == ("pypi.org", "files.pythonhosted.org")
+    pip, npm = install_commands(packages, index)
+    assert pip[:3] == ["python3", "-m", "pip"] and pip[-1] == "mcdemo==1.0.0"
+    assert pip[pip.index("--target") + 1] == "/workspace/python"
+    # plain http: pip is told to trust the operator's index, by host:port
+    assert pip[pip.index("--trusted-host") + 1] == "pypi.layers.test:8090"
+    assert (
+        npm[:2] == ["npm", "install"] and "--ignore-scripts" in npm and npm[-1] == "left-pad@1.3.0"
+    )
+
+
+def test_a_layer_installed_in_a_sandbox_is_imported_by_another_session(
+    index: PackageIndex, tmp_path: Path
+) -> None:
+    # given a layer built from the local index
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    outcome = layer_build(
+        packages=[Package("pip", "mcdemo", "1.0.0")], index=index, target=layer, backend="bwrap"
+    )
+    assert outcome.ok, outcome.output
+    assert (layer / "python" / "mcdemo.py").read_text() == "VALUE = 42\n"
+    # the installers' scratch space is gone and nothing in the layer is writable
+    assert not (layer / ".install-tmp").exists()
+    assert all(not p.stat().st_mode & 0o222 for p in [layer, *layer.rglob("*")])
+    # when a run's session mounts it read-only with the layer environment
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    spec = SessionSpec(
+        workspace=workspace,
+        readonly_mounts=((layer, LAYER_MOUNT),),
+        environment=layer_environment(),
+    )
+    with open_session(spec, "bwrap", session_registry=SessionRegistry()) as session:
+        # then python3 started by a command imports the package
+        result = session.exec(
+            ExecRequest(argv=["python3", "-c", "import mcdemo; print(mcdemo.VALUE)"])
+        )
+        assert (result.exit_code, result.stdout) == (0, b"42\n")
+        # and so does the code tool
+        code = execute_tool(
+            session, "code", {"code": "import mcdemo\nprint(mcdemo.VALUE)"}, network_enabled=False
+        )
+        assert (code.ok, code.output.strip()) == (True, "42")
+        # and the layer cannot be written from inside
+        write = session.exec(
+            ExecRequest(argv=["python3", "-c", f"open('{LAYER_MOUNT}/python/x.py', 'w')"])
+        )
+        assert write.exit_code == 1 and b"Read-only file system" in write.stderr
+
+
+def test_a_package_the_index_does_not_hold_fails_with_the_installers_message(
+    index: PackageIndex, tmp_path: Path
+) -> None:
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    outcome = layer_build(
+        packages=[Package("pip", "nosuchpackage", "1.0.0")],
+        index=index,
+        target=layer,
+        backend="bwrap",
+    )
+    assert not outcome.ok
+    assert "No matching distribution found for nosuchpackage==1.0.0" in outcome.output
