@@ -2,9 +2,9 @@
 builds it, and when it is removed.
 
 `layer_ensure` returns the directory of a complete layer, building it first when none exists:
-  * the `DependencyLayer` row is the lock. Whoever creates it (or takes over a failed build, or
-    one whose builder stopped answering past `build_expires_at`) builds; everyone else waits
-    for the row to turn ready or failed. Concurrent runs needing one layer install it once.
+  * the `DependencyLayer` row is the lock. Whoever creates it (or takes over a failed build, one
+    whose builder process on this host is gone, or one past `build_expires_at`) builds;
+    everyone else waits for the row to turn ready or failed. Concurrent runs needing one layer install it once.
   * the build writes into MOTOR_DEPENDENCY_LAYERS_DIR/.build-<key>-<serial>-<random> and is
     renamed to MOTOR_DEPENDENCY_LAYERS_DIR/<key> only once every installer succeeded (one
     rename(2), atomic on one filesystem). A crash mid-install leaves a temporary directory
@@ -35,6 +35,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from runs.layer_models import DependencyLayer, LayerStatus
+from runs.lease import owner_is_dead
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +174,7 @@ def _claim(
             row.status == LayerStatus.BUILDING
             and row.build_expires_at
             and row.build_expires_at > now
+            and not owner_is_dead(row.builder)
         ):
             return "wait", row.build_serial, ""
         if row.status == LayerStatus.FAILED and waited_for == row.build_serial:

@@ -6,7 +6,12 @@ needs them. Changing them is a policy edit: the approval stays."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,12 +22,14 @@ from cognition.principals import Principal
 from cognition.services import credential_set
 from runs.layer_step import INSTALL_TOOL
 from runs.layers import LayerReady, layer_ensure, layers_collect
+from runs.lease import default_owner
 from runs.models import DependencyLayer, LayerStatus, MotorRun, RunStatus, Step
 from skills.models import Policy, PolicyStatus
 from skills.policy_edits import policy_update
 from skills.services import Actor
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.fixtures.package_index import PackageIndex
+from tests.fixtures.upstream import STALLED_PORT
 from tests.runs.helpers import drive
 
 from .conftest import World
@@ -30,6 +37,7 @@ from .core_support import _clean_mutex_keys, skill_in_status, workspaces  # noqa
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
+REPO = Path(__file__).resolve().parents[2]
 PRINT_VALUE = "import mcdemo\nprint('value', mcdemo.VALUE)\n"
 
 
@@ -207,3 +215,87 @@ def test_concurrent_callers_needing_one_layer_install_it_once(world, weather, in
     assert sorted(r.installed for r in results) == [False, True]
     assert DependencyLayer.objects.get().build_serial == 1
     assert index.requests_for("mcdemo-2.0.0-py3-none-any.whl") == downloads + 1
+
+
+# --- a builder killed mid-install ------------------------------------------------------------
+
+_BUILDER = """
+import os, sys, django
+os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
+django.setup()
+from runs.layers import layer_ensure
+from runs.lease import default_owner
+layer_ensure(version_id=int(sys.argv[1]), version_hash=sys.argv[2],
+             dependencies=["mcdemo==1.0.0"], owner=default_owner())
+"""
+
+
+def _database_url() -> str:
+    params = connections["default"].settings_dict
+    user = params.get("USER") or "postgres"
+    password = f":{params['PASSWORD']}" if params.get("PASSWORD") else ""
+    host = params.get("HOST") or "127.0.0.1"
+    return f"postgres://{user}{password}@{host}:{params.get('PORT') or 5432}/{params['NAME']}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_builder_killed_mid_install_leaves_no_layer_in_use_and_the_next_caller_builds_it(
+    world, weather, index, settings
+):
+    # given a worker process installing a layer from an index that never answers (its
+    # connections hang), so the install is in progress when the worker is SIGKILLed
+    version = weather.approved_version
+    root = Path(settings.MOTOR_DEPENDENCY_LAYERS_DIR)
+    stalled = f"http://pypi.layers.test:{STALLED_PORT}/simple/"
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "MOTOR_PIP_INDEX_URL": stalled,
+        "MOTOR_PIP_DOWNLOAD_HOSTS": "",
+        "MOTOR_DEPENDENCY_LAYERS_DIR": str(root),
+        "MOTOR_SANDBOX_EGRESS_HOSTS": index.egress_hosts,
+    }
+    builder = subprocess.Popen(
+        [sys.executable, "-c", _BUILDER, str(version.pk), version.content_hash],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (
+            DependencyLayer.objects.filter(status=LayerStatus.BUILDING).exists()
+            and root.is_dir()
+            and any(p.name.startswith(".build-") and any(p.iterdir()) for p in root.iterdir())
+        ):
+            assert builder.poll() is None, "the builder ended before it was killed"
+            assert time.monotonic() < deadline, "the install never started"
+            time.sleep(0.2)
+        time.sleep(1.0)  # pip is at work inside the sandbox
+    finally:
+        os.killpg(builder.pid, signal.SIGKILL)
+        builder.wait()
+
+    # then what it leaves is a claimed row and a temporary directory, never a layer
+    row = DependencyLayer.objects.get()
+    assert (row.status, row.build_serial) == (LayerStatus.BUILDING, 1)
+    assert not (root / row.key).exists()
+    (half,) = [p for p in root.iterdir() if p.name.startswith(".build-")]
+
+    # when a run needs the layer: the dead builder's claim is taken over at once, and the
+    # layer is built complete from the (now answering) index
+    started = time.monotonic()
+    ready = layer_ensure(
+        version_id=version.pk,
+        version_hash=version.content_hash,
+        dependencies=["mcdemo==1.0.0"],
+        owner=default_owner(),
+    )
+    assert time.monotonic() - started < 60  # not the claim's expiry (install timeout + 60 s)
+    assert (ready.path, ready.installed) == (root / row.key, True)
+    assert (ready.path / "python" / "mcdemo.py").read_text() == "VALUE = 42\n"
+    row.refresh_from_db()
+    assert (row.status, row.build_serial) == (LayerStatus.READY, 2)
+    # and the collector removes the dead build's directory, keeping the approved layer
+    assert layers_collect() == {"removed": 0, "temporary": 1}
+    assert not half.exists() and ready.path.is_dir()

@@ -97,3 +97,39 @@ def test_a_package_the_index_does_not_hold_fails_with_the_installers_message(
     )
     assert not outcome.ok
     assert "No matching distribution found for nosuchpackage==1.0.0" in outcome.output
+
+
+@pytest.mark.docker
+def test_a_layer_built_under_bwrap_is_imported_in_a_docker_session(
+    index: PackageIndex, tmp_path: Path
+) -> None:
+    # given a layer built from the local index
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    outcome = layer_build(
+        packages=[Package("pip", "mcdemo", "2.0.0")], index=index, target=layer, backend="bwrap"
+    )
+    assert outcome.ok, outcome.output
+    # when a docker session mounts it read-only with the layer environment
+    from sandbox.backends.docker import DockerBackend
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    spec = SessionSpec(
+        workspace=workspace,
+        readonly_mounts=((layer, LAYER_MOUNT),),
+        environment=layer_environment(),
+    )
+    session = DockerBackend().open(spec)
+    try:
+        # then the code tool imports the package, and the layer cannot be written
+        code = execute_tool(
+            session, "code", {"code": "import mcdemo\nprint(mcdemo.VALUE)"}, network_enabled=False
+        )
+        assert (code.ok, code.output.strip()) == (True, "43")
+        write = session.exec(
+            ExecRequest(argv=["python3", "-c", f"open('{LAYER_MOUNT}/python/x.py', 'w')"])
+        )
+        assert write.exit_code == 1 and b"Read-only file system" in write.stderr
+    finally:
+        session.close()
