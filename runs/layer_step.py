@@ -94,6 +94,7 @@ def _trace(
 ) -> None:
     """The attempt's install Step (written once; a later slice's install is not repeated)."""
     packages = list(ready.packages) if ready is not None else list(dependencies)
+    result: dict[str, Any]
     if failed is not None:
         result = envelope(
             ok=False,
@@ -105,7 +106,7 @@ def _trace(
     else:
         assert ready is not None
         how = "installed" if ready.installed else "reused"
-        result: dict[str, Any] = envelope(
+        result = envelope(
             ok=True,
             output=(
                 f"{how} {len(packages)} package{'s' if len(packages) != 1 else ''} "

@@ -20,10 +20,12 @@ from django.db import connections
 from cognition.core_act import core_act
 from cognition.principals import Principal
 from cognition.services import credential_set
+from runs.admin import console_state
 from runs.layer_step import INSTALL_TOOL
 from runs.layers import LayerReady, layer_ensure, layers_collect
 from runs.lease import default_owner
 from runs.models import DependencyLayer, LayerStatus, MotorRun, RunStatus, Step
+from runs.selectors import run_log, run_status
 from skills.models import Policy, PolicyStatus
 from skills.policy_edits import policy_update
 from skills.services import Actor
@@ -108,6 +110,13 @@ def test_a_skill_run_installs_its_dependencies_once_and_later_runs_reuse_the_lay
         "packages": ["pip:mcdemo==1.0.0"]
     }
     assert code_result["output"].strip() == "value 42"
+    # the trace a reader sees (API run detail, admin console, log) shows the install step
+    detail = run_status(run_id=run.pk)["steps"][0]
+    assert (detail["tool"], detail["iteration"], detail["ok"]) == (INSTALL_TOOL, 0, True)
+    assert detail["arguments"] == {"packages": ["pip:mcdemo==1.0.0"]}
+    assert detail["duration_ms"] == install_result["duration_ms"]
+    assert console_state(run)["steps"][0]["output_preview"] == install_result["output"]
+    assert f"{INSTALL_TOOL} " in run_log(run_id=run.pk)
     # the layer is one complete, read-only directory; no temporary directory is left
     layer = DependencyLayer.objects.get()
     assert (layer.status, layer.packages) == (LayerStatus.READY, ["pip:mcdemo==1.0.0"])
