@@ -20,6 +20,7 @@ from sandbox.session import SessionRegistry, open_session
 from sandbox.tools import execute_tool
 from sandbox.types import ExecRequest, SessionSpec
 from tests.fixtures.package_index import PackageIndex as Index
+from tests.fixtures.upstream import Answer, Upstream
 
 pytestmark = pytest.mark.slow
 
@@ -133,3 +134,39 @@ def test_a_layer_built_under_bwrap_is_imported_in_a_docker_session(
         assert write.exit_code == 1 and b"Read-only file system" in write.stderr
     finally:
         session.close()
+
+
+def test_the_install_sandbox_reaches_nothing_but_the_index(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # given an index whose page for `lure` links its file on another host
+    monkeypatch.setenv(
+        "MOTOR_SANDBOX_EGRESS_HOSTS",
+        f"index.layers.test={upstream.ip},api.allowed.test={upstream.ip}",
+    )
+    upstream.routes_clear()
+    link = "http://api.allowed.test/files/lure-1.0.0-py3-none-any.whl"
+    upstream.route(
+        "index.layers.test",
+        "/simple/lure/",
+        Answer(
+            body=f'<html><body><a href="{link}">lure-1.0.0-py3-none-any.whl</a></body></html>',
+            headers={"Content-Type": "text/html"},
+        ),
+    )
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    # when it is installed from that index
+    outcome = layer_build(
+        packages=[Package("pip", "lure", "1.0.0")],
+        index=PackageIndex(pip_index_url="http://index.layers.test/simple/", pip_download_hosts=()),
+        target=layer,
+        backend="bwrap",
+    )
+    # then the index was asked, the other host never was, and the install failed saying so
+    assert not outcome.ok
+    assert upstream.requests("index.layers.test") == ["GET /simple/lure/"]
+    assert upstream.requests("api.allowed.test") == []
+    assert "HTTP error 403 while getting " + link in outcome.output
+    assert "api.allowed.test is not in this run's allowed domains" in outcome.output
+    upstream.routes_clear()
