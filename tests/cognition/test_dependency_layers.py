@@ -240,7 +240,10 @@ layer_ensure(version_id=int(sys.argv[1]), version_hash=sys.argv[2],
 
 
 def _database_url() -> str:
+    """The test database, for a process of its own (SQLite: the test database's file)."""
     params = connections["default"].settings_dict
+    if connections["default"].vendor == "sqlite":
+        return f"sqlite:///{params['NAME']}"
     user = params.get("USER") or "postgres"
     password = f":{params['PASSWORD']}" if params.get("PASSWORD") else ""
     host = params.get("HOST") or "127.0.0.1"
