@@ -36,6 +36,8 @@ NODE_DIR = "node"
 _SCRATCH = ".install-tmp"
 #: characters of the installers' output kept for the caller (the end: where the error is)
 OUTPUT_CHARS = 4000
+#: address space of an installer process (bytes); see layer_build
+_INSTALL_ADDRESS_SPACE = 16 * 1024 * 1024 * 1024
 #: the ecosystems an installer exists for
 ECOSYSTEMS = ("pip", "npm")
 
@@ -146,8 +148,9 @@ def _installer_env() -> dict[str, str]:
         "HOME": scratch,
         "TMPDIR": scratch,
         "PIP_CONFIG_FILE": "/dev/null",
-        "npm_config_userconfig": "/dev/null",
-        "npm_config_globalconfig": "/dev/null",
+        # files that do not exist: npm reads no configuration but its command line
+        "npm_config_userconfig": f"{scratch}/user-npmrc",
+        "npm_config_globalconfig": f"{scratch}/global-npmrc",
     }
 
 
@@ -176,6 +179,9 @@ def layer_build(
         limits=replace(
             Limits(),
             workspace_bytes=max_bytes,
+            # an address-space cap, not resident memory: node's V8 reserves gigabytes of virtual
+            # memory up front and cannot start under the run default
+            memory_bytes=_INSTALL_ADDRESS_SPACE,
             file_size_bytes=min(max_bytes, 512 * 1024 * 1024),
             cpu_seconds=max(60, int(timeout_s)),
             default_timeout_s=timeout_s,

@@ -170,3 +170,24 @@ def test_the_install_sandbox_reaches_nothing_but_the_index(
     assert "HTTP error 403 while getting " + link in outcome.output
     assert "api.allowed.test is not in this run's allowed domains" in outcome.output
     upstream.routes_clear()
+
+
+def test_npm_installs_through_the_egress_proxy_and_a_missing_package_is_the_registrys_404(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # given a registry (the test upstream) that holds no package at all
+    monkeypatch.setenv("MOTOR_SANDBOX_EGRESS_HOSTS", f"registry.layers.test={upstream.ip}")
+    upstream.routes_clear()
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    # when an npm package is installed from it (node starts inside the install sandbox)
+    outcome = layer_build(
+        packages=[Package("npm", "left-pad", "1.3.0")],
+        index=PackageIndex(npm_registry_url="http://registry.layers.test/"),
+        target=layer,
+        backend="bwrap",
+    )
+    # then npm asked the registry through the proxy and failed with the registry's answer
+    assert not outcome.ok
+    assert upstream.requests("registry.layers.test") == ["GET /left-pad"]
+    assert "npm error 404 Not Found - GET http://registry.layers.test/left-pad" in outcome.output
