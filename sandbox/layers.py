@@ -37,7 +37,7 @@ _SCRATCH = ".install-tmp"
 #: characters of the installers' output kept for the caller (the end: where the error is)
 OUTPUT_CHARS = 4000
 #: address space of an installer process (bytes); see layer_build
-_INSTALL_ADDRESS_SPACE = 16 * 1024 * 1024 * 1024
+_INSTALL_ADDRESS_SPACE = 2 * 1024 * 1024 * 1024
 #: the ecosystems an installer exists for
 ECOSYSTEMS = ("pip", "npm")
 
@@ -179,8 +179,8 @@ def layer_build(
         limits=replace(
             Limits(),
             workspace_bytes=max_bytes,
-            # an address-space cap, not resident memory: node's V8 reserves gigabytes of virtual
-            # memory up front and cannot start under the run default
+            # an address-space cap (and the container memory of docker): node needs about 800 MiB of
+            # address space to start, more than the run default
             memory_bytes=_INSTALL_ADDRESS_SPACE,
             file_size_bytes=min(max_bytes, 512 * 1024 * 1024),
             cpu_seconds=max(60, int(timeout_s)),
