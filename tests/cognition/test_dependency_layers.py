@@ -311,3 +311,16 @@ def test_a_builder_killed_mid_install_leaves_no_layer_in_use_and_the_next_caller
     # and the collector removes the dead build's directory, keeping the approved layer
     assert layers_collect() == {"removed": 0, "temporary": 1}
     assert not half.exists() and ready.path.is_dir()
+
+
+def test_the_collector_runs_on_beat(settings, tmp_path):
+    from config.celery import app
+
+    settings.MOTOR_DEPENDENCY_LAYERS_DIR = tmp_path
+    (tmp_path / ".build-0123-1-abcd").mkdir()  # a build whose row is gone
+    assert settings.CELERY_BEAT_SCHEDULE["dependency-layers-gc"] == {
+        "task": "runs.layers_collect",
+        "schedule": float(settings.MOTOR_PURGE_INTERVAL_SECONDS),
+    }
+    assert app.tasks["runs.layers_collect"]() == {"removed": 0, "temporary": 1}
+    assert list(tmp_path.iterdir()) == []
