@@ -263,6 +263,24 @@ MOTOR_WORKSPACES_DIR = Path(
     env.str("MOTOR_WORKSPACES_DIR", default=str(MOTOR_DATA_DIR / "workspaces"))
 ).resolve()
 
+# dependency layers (runs.layers): a skill's declared packages, installed once per (skill
+# version, dependency list) in a sandbox that may reach only these indexes, mounted read-only
+MOTOR_PIP_INDEX_URL = env.str("MOTOR_PIP_INDEX_URL", default="https://pypi.org/simple/")
+# hosts the pip index serves its files from, when not the index's own host (comma-separated)
+MOTOR_PIP_DOWNLOAD_HOSTS = env.list("MOTOR_PIP_DOWNLOAD_HOSTS", default=["files.pythonhosted.org"])
+MOTOR_NPM_REGISTRY_URL = env.str("MOTOR_NPM_REGISTRY_URL", default="https://registry.npmjs.org/")
+MOTOR_DEPENDENCY_LAYERS_DIR = Path(
+    env.str("MOTOR_DEPENDENCY_LAYERS_DIR", default="") or str(MOTOR_DATA_DIR / "layers")
+).resolve()
+MOTOR_DEPENDENCY_INSTALL_TIMEOUT_SECONDS = env.int(
+    "MOTOR_DEPENDENCY_INSTALL_TIMEOUT_SECONDS", default=300
+)
+for _index_setting in ("MOTOR_PIP_INDEX_URL", "MOTOR_NPM_REGISTRY_URL"):
+    if urlparse(globals()[_index_setting]).scheme not in ("http", "https"):
+        raise ImproperlyConfigured(f"{_index_setting} must be an http(s) URL.")
+if not 10 <= MOTOR_DEPENDENCY_INSTALL_TIMEOUT_SECONDS <= 3600:
+    raise ImproperlyConfigured("MOTOR_DEPENDENCY_INSTALL_TIMEOUT_SECONDS must be 10-3600 seconds.")
+
 # run artifacts: files a run wrote or changed in its workspace, copied here when it completes
 MOTOR_ARTIFACTS_DIR = Path(
     env.str("MOTOR_ARTIFACTS_DIR", default="") or str(MOTOR_DATA_DIR / "motor-runs")
@@ -443,6 +461,10 @@ CELERY_BEAT_SCHEDULE = {
     },
     "tool-audit-purge": {
         "task": "runs.tool_audit_purge",
+        "schedule": float(MOTOR_PURGE_INTERVAL_SECONDS),
+    },
+    "dependency-layers-gc": {
+        "task": "runs.layers_collect",
         "schedule": float(MOTOR_PURGE_INTERVAL_SECONDS),
     },
 }

@@ -43,6 +43,7 @@ from runs.finishing import (
     run_finish_completed,
     slice_end,
 )
+from runs.layer_step import run_layer_prepare
 from runs.lease import (
     Lease,
     default_owner,
@@ -226,12 +227,17 @@ def _run_slice(
         if paused is not None:
             return paused
 
+        # the skill's declared dependencies: installed once into a layer, mounted read-only
+        layer = run_layer_prepare(lease, run, attempt, owner=owner, actor=actor)
+        if isinstance(layer, SliceOutcome):
+            return layer
         slot = SandboxSlot(
             run_id=run.id,
             workspace=run.workspace,
             allowed_domains=run.allowed_domains,
             # the skill policy's shell allowlist, enforced by the sandbox's bash validator
             bash_allowlist=standing_of(run).bash_allowlist,
+            layer=layer,
         )
         # The slice goes on, iteration after iteration, while its time budget lasts, so one run
         # does not hold a worker thread from the runs queued behind it.

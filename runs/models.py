@@ -577,3 +577,4 @@ class PendingWakeup(models.Model):
 
 
 from runs.audit_models import AuditPurgeWindow, ToolCallAudit  # noqa: E402, F401 - registered here
+from runs.layer_models import DependencyLayer, LayerStatus  # noqa: E402, F401 - registered here

@@ -55,9 +55,11 @@ def idle_timeout_s() -> float:
 
 
 def run_session_get(
-    *, run_id: str, workspace: str, allowed_domains: tuple[str, ...]
+    *, run_id: str, workspace: str, allowed_domains: tuple[str, ...], layer: Path | None = None
 ) -> Any:  # sandbox.session.ManagedSession
-    """The open session of `run_id` in this process, opened now when there is none.
+    """The open session of `run_id` in this process, opened now when there is none. A new
+    session mounts the dependency `layer` (a directory, runs.layers) read-only, with the
+    variables that put it on python3's and node's import paths (sandbox.layers).
 
     Raises sandbox.types.SandboxError when the sandbox cannot start; nothing runs unsandboxed.
     """
@@ -79,9 +81,18 @@ def run_session_get(
         check_run_workspace(workspace)
     except NotAProjectWorkspace as exc:
         raise SandboxError(str(exc)) from None
+    mounts: tuple[tuple[Path, str], ...] = ()
+    environment: dict[str, str] = {}
+    if layer is not None:
+        from sandbox.layers import LAYER_MOUNT, layer_environment
+
+        mounts = ((layer, LAYER_MOUNT),)
+        environment = layer_environment()
     spec = SessionSpec(
         workspace=Path(workspace),
         network=NetworkPolicy(allowed_domains=allowed_domains),
+        readonly_mounts=mounts,
+        environment=environment,
         limits=replace(Limits(), idle_timeout_s=idle_timeout_s()),
         session_id=run_id,
         on_connection=_count_egress,

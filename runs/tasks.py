@@ -76,6 +76,14 @@ def tool_audit_purge_task() -> int:
     return tool_audit_purge()
 
 
+@shared_task(name="runs.layers_collect", ignore_result=True)
+def layers_collect_task() -> dict[str, int]:
+    """Periodic (celery-beat): remove dependency layers no approved skill version needs."""
+    from runs.layers import layers_collect
+
+    return layers_collect()
+
+
 @shared_task(name="runs.wakeups_send_pending", ignore_result=True)
 def wakeups_send_pending_task() -> int:
     """Periodic (celery-beat): send the run wake-ups the broker refused while unreachable."""

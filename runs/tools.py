@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from runs.errors import InvalidRunParams
@@ -216,8 +217,11 @@ class SandboxSlot:
         workspace: str,
         allowed_domains: Sequence[str],
         bash_allowlist: Sequence[str] | None = None,
+        layer: Path | None = None,
     ) -> None:
         self.run_id = run_id
+        # the run's dependency layer (runs.layers), mounted read-only when the session opens
+        self.layer = layer
         self.workspace = workspace
         self.allowed_domains = tuple(allowed_domains)
         # the skill policy's shell allowlist; None: the sandbox's default
@@ -253,7 +257,10 @@ class SandboxSlot:
             from runs.sessions import run_session_get
 
             self._session = run_session_get(
-                run_id=self.run_id, workspace=self.workspace, allowed_domains=self.allowed_domains
+                run_id=self.run_id,
+                workspace=self.workspace,
+                allowed_domains=self.allowed_domains,
+                layer=self.layer,
             )
         return self._session
 

@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
-# Shared fixture plugins: the namespaced test upstream (egress), headless Chromium, the LLM stub.
+# Shared fixture plugins: the namespaced test upstream (egress), headless Chromium, the LLM stub,
+# a real package index (pypiserver) in the upstream's namespace.
 pytest_plugins = [
     "tests.fixtures.upstream",
     "tests.fixtures.browser",
     "tests.fixtures.llm",
     "tests.fixtures.embeddings",
+    "tests.fixtures.package_index",
 ]
 
 

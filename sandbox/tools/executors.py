@@ -243,7 +243,10 @@ def _run_code(
     timeout = CODE_NETWORK_TIMEOUT_S if network_enabled else CODE_TIMEOUT_S
     result = session.exec(
         ExecRequest(
-            argv=[PYTHON, "-I", "-"],
+            # -P -s rather than -I: the same isolation from the workspace (not on sys.path) and
+            # the user site, but the session's PYTHONPATH (a dependency layer,
+            # sandbox.layers) is honoured; a credential never sets a PYTHON* variable.
+            argv=[PYTHON, "-P", "-s", "-"],
             stdin=source.encode("utf-8"),
             timeout_s=timeout,
             env=credential_env(creds),
