@@ -1,7 +1,8 @@
-"""core.skill: list, review, approve, reject, update, delete and import an agent's skills.
+"""core.skill: list, search, describe, review, approve, reject, update, delete and import an
+agent's skills, and acquire new ones from the configured skill sources (find, acquire).
 
-list, review and import need no consent; approve, reject, update and delete pass the consent
-gate first.
+list, search, describe, review, import and find need no consent; approve, reject, update,
+delete and acquire pass the consent gate first.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from .errors import SkillShared
 from .models import Agent
 from .principals import Principal
 from .selectors import agents_visible_to
+from .sources.acquisition import acquisition_install
+from .sources.candidates import candidates_find
 
 SKILL_ACTIONS = (
     "list",
@@ -38,6 +41,8 @@ SKILL_ACTIONS = (
     "update",
     "delete",
     "import",
+    "find",
+    "acquire",
 )
 
 
@@ -152,9 +157,12 @@ def core_skill(
     skill_md: str | None = None,
     fields: dict[str, Any] | None = None,
     query: str | None = None,
+    acquisition: Any = None,
 ) -> dict[str, Any]:
     """core.skill: list, search (ranked by the skill index), describe (the whole SKILL.md),
-    review, approve, reject, update, delete, import (mutations gated)."""
+    review, approve, reject, update, delete, import (mutations gated), find (candidates from
+    the skill sources, with their review) and acquire (install and approve one on the user's
+    yes; gated)."""
     from .selectors import skills_for_agent
 
     if action not in SKILL_ACTIONS:
@@ -188,6 +196,15 @@ def core_skill(
         if not isinstance(name, str) or not _SKILL_NAME.fullmatch(name):
             raise InvalidRunParams("name: the skill to describe", field="name")
         return skill_describe(name=name, agent=agent)
+    if action == "find":
+        if not isinstance(query, str):
+            raise InvalidRunParams("query: 3-5 keywords of what the skill should do", field="query")
+        return candidates_find(agent=agent, query=query)
+    if action == "acquire":
+        actor = gate(principal=principal, action="skill.acquire", trigger=trigger)
+        return acquisition_install(
+            acquisition_id=acquisition, agent=agent, name=name, actor=actor
+        )
     if action == "import":
         if not isinstance(skill_md, str) or not skill_md.strip():
             raise InvalidRunParams("skill_md: the SKILL.md text is required", field="skill_md")

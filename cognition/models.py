@@ -416,3 +416,13 @@ class TrustLevelChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent_name}: {self.from_level} → {self.to_level} by {self.actor_label}"
+
+
+# Skill sources and acquisitions live in cognition.sources; importing them here registers them
+# in the cognition app.
+from .sources.models import (  # noqa: E402, F401
+    AcquisitionStatus,
+    SkillAcquisition,
+    SkillSource,
+    SourceKind,
+)

@@ -140,15 +140,25 @@ _SCHEMAS: list[dict[str, Any]] = [
         "core_skill",
         "Manage skills. list (status filter), search: the skills that fit a request, ranked "
         "(query), describe: a skill's whole SKILL.md (name), review: the deterministic review "
-        "facts, import: a pasted SKILL.md (lands pending_review). approve, reject, update "
-        "(policy fields) and delete need the user's consent.",
+        "facts, import: a pasted SKILL.md (lands pending_review). find: when no installed "
+        "skill fits, search the configured skill sources (query: 3-5 English keywords) for at "
+        "most 3 candidates with their review findings and an acquisition number. acquire: "
+        "install and approve one candidate (acquisition, name) on the user's yes. approve, "
+        "reject, update (policy fields), delete and acquire need the user's consent.",
         {
             "action": {"type": "string", "enum": list(SKILL_ACTIONS)},
             "name": {
                 "type": "string",
                 "description": "The skill (all actions but list, search, import).",
             },
-            "query": {"type": "string", "description": "search: what the skill should do."},
+            "query": {
+                "type": "string",
+                "description": "search: what the skill should do; find: 3-5 keywords.",
+            },
+            "acquisition": {
+                "type": "integer",
+                "description": "acquire: the acquisition number find returned.",
+            },
             "status": {"type": "string", "enum": list(PolicyStatus.values)},
             "note": {"type": "string", "description": "approve/reject: a note (reject: required)."},
             "skill_md": {"type": "string", "description": "import: the full SKILL.md text."},
@@ -276,7 +286,9 @@ def core_dispatch(
                 agent=agent,
                 action=args.get("action", ""),
                 trigger=trigger,
-                **_pick(args, "name", "status", "note", "skill_md", "fields", "query"),
+                **_pick(
+                    args, "name", "status", "note", "skill_md", "fields", "query", "acquisition"
+                ),
             )
         else:
             result = core_credential(
