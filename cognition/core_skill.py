@@ -202,9 +202,7 @@ def core_skill(
         return candidates_find(agent=agent, query=query)
     if action == "acquire":
         actor = gate(principal=principal, action="skill.acquire", trigger=trigger)
-        return acquisition_install(
-            acquisition_id=acquisition, agent=agent, name=name, actor=actor
-        )
+        return acquisition_install(acquisition_id=acquisition, agent=agent, name=name, actor=actor)
     if action == "import":
         if not isinstance(skill_md, str) or not skill_md.strip():
             raise InvalidRunParams("skill_md: the SKILL.md text is required", field="skill_md")

@@ -57,7 +57,11 @@ def install_name(name: str, source: SkillSource) -> tuple[str | None, str]:
         return name, ""
     alternative = f"{name}-{source.name.lower().replace('_', '-')}"[:64].rstrip("-")
     other = Skill.objects.filter(name=alternative).values_list("source", flat=True).first()
-    if _NAME.fullmatch(alternative) and "--" not in alternative and other in (None, source.location):
+    if (
+        _NAME.fullmatch(alternative)
+        and "--" not in alternative
+        and other in (None, source.location)
+    ):
         return alternative, (
             f"A skill named {name!r} is already installed from {taken or 'an unrecorded source'}; "
             f"a different source makes a different skill, so this one would be installed as "
@@ -69,7 +73,9 @@ def install_name(name: str, source: SkillSource) -> tuple[str | None, str]:
     )
 
 
-def _fused(groups: Sequence[tuple[SkillSource, list[Listing]]]) -> list[tuple[SkillSource, Listing]]:
+def _fused(
+    groups: Sequence[tuple[SkillSource, list[Listing]]],
+) -> list[tuple[SkillSource, Listing]]:
     scored: list[tuple[float, int, SkillSource, Listing]] = []
     for position, (source, listings) in enumerate(groups):
         for rank, listing in enumerate(listings, start=1):

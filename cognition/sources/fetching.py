@@ -96,6 +96,4 @@ def fetch(
             "source-timeout", f"{what} took longer than {timeout_s:g} s.", timeout_s=timeout_s
         ) from exc
     except httpx.HTTPError as exc:
-        raise refuse(
-            "source-unreachable", f"{what} failed ({type(exc).__name__})."
-        ) from exc
+        raise refuse("source-unreachable", f"{what} failed ({type(exc).__name__}).") from exc
