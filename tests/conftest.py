@@ -16,6 +16,7 @@ pytest_plugins = [
     "tests.fixtures.browser",
     "tests.fixtures.llm",
     "tests.fixtures.embeddings",
+    "tests.fixtures.registry",
 ]
 
 

@@ -182,14 +182,14 @@ class HttpReader:
             data = json.loads(answer.body)
         except (UnicodeDecodeError, ValueError) as exc:
             raise _unavailable(
-                self.source, "source-malformed-json", "the search answer is not JSON."
+                self.source, "source-malformed-json", "The search answer is not JSON."
             ) from exc
         results = data.get("results") if isinstance(data, dict) else None
         if not isinstance(results, list):
             raise _unavailable(
                 self.source,
                 "source-malformed-json",
-                'the search answer has no "results" list.',
+                'The search answer has no "results" list.',
             )
         listings: list[Listing] = []
         for item in results:
