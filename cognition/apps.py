@@ -13,6 +13,11 @@ class CognitionConfig(AppConfig):
 
         wiring.connect()
 
+        # The motor's skill_describe tool (runs bound to no skill read their candidates' SKILL.md).
+        from cognition import motor_skills
+
+        motor_skills.register()
+
         from runs.outbox import signal_committed
 
         from .delivery import on_signal_committed
