@@ -13,6 +13,11 @@ class CognitionConfig(AppConfig):
 
         wiring.connect()
 
+        # The skill cortex learns of every run's end through its own hook.
+        from cognition.cortex import hook
+
+        hook.connect()
+
         from runs.outbox import signal_committed
 
         from .delivery import on_signal_committed

@@ -417,6 +417,7 @@ class TrustLevelChange(models.Model):
     def __str__(self) -> str:
         return f"{self.agent_name}: {self.from_level} → {self.to_level} by {self.actor_label}"
 
+
 # The skill cortex's models live in their own module (seed 003); imported here to register them
 # in the cognition app.
 from .cortex.models import (  # noqa: E402, F401

@@ -362,12 +362,19 @@ def _lesson_touch(
     return f"{kind}: {lesson.confidence:.1f}"
 
 
+def _credential_keys(run: MotorRun) -> list[str]:
+    """The run's credential names as environment variables are written (the vault's names are
+    case-insensitive; runs store them lowercased)."""
+    names = {n.upper()[:100] for n in run.credential_names or [] if isinstance(n, str) and n}
+    return sorted(names)
+
+
 def _validate_env_ready(
     cortex: Cortex, region: CortexRegion, run: MotorRun, *, now: datetime
 ) -> list[str]:
     return [
-        _lesson_touch(cortex, kind=LessonKind.ENV_READY, region=region, key=name[:100], now=now)
-        for name in sorted(set(run.credential_names or []))
+        _lesson_touch(cortex, kind=LessonKind.ENV_READY, region=region, key=name, now=now)
+        for name in _credential_keys(run)
         if isinstance(name, str) and name
     ]
 
@@ -412,7 +419,7 @@ def _failure_lessons(
             ).update(detail=classified.evidence[:300])
         changed.append(label)
     elif cls == FailureClass.AUTH_ERROR:
-        names = [n for n in (run.credential_names or []) if isinstance(n, str) and n]
+        names = _credential_keys(run)
         which = Q(key__in=names) if names else Q(region=candidate.region)
         for lesson in CortexLesson.objects.filter(
             which,
