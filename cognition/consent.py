@@ -23,6 +23,9 @@ GATED_ACTIONS = frozenset(
         "skill.reject",
         "skill.delete",
         "skill.update",
+        # the skill cortex: taking a released skill up again, keeping one long-term
+        "skill.take_up",
+        "skill.retain",
         "task.respond",
         "task.approve",
         "task.reject",

@@ -140,15 +140,24 @@ _SCHEMAS: list[dict[str, Any]] = [
         "core_skill",
         "Manage skills. list (status filter), search: the skills that fit a request, ranked "
         "(query), describe: a skill's whole SKILL.md (name), review: the deterministic review "
-        "facts, import: a pasted SKILL.md (lands pending_review). approve, reject, update "
-        "(policy fields) and delete need the user's consent.",
+        "facts, import: a pasted SKILL.md (lands pending_review), perceive: what the skill cortex "
+        "learned fits a task (query), plan: the execution plan of a skill for a task (name, "
+        "query). approve, reject, update (policy fields), delete, take_up (a released skill) "
+        "and retain (keep) need the user's consent.",
         {
             "action": {"type": "string", "enum": list(SKILL_ACTIONS)},
             "name": {
                 "type": "string",
                 "description": "The skill (all actions but list, search, import).",
             },
-            "query": {"type": "string", "description": "search: what the skill should do."},
+            "query": {
+                "type": "string",
+                "description": "search: what the skill should do; perceive, plan: the task.",
+            },
+            "keep": {
+                "type": "boolean",
+                "description": "retain: true keeps the skill long-term, false releases it.",
+            },
             "status": {"type": "string", "enum": list(PolicyStatus.values)},
             "note": {"type": "string", "description": "approve/reject: a note (reject: required)."},
             "skill_md": {"type": "string", "description": "import: the full SKILL.md text."},
@@ -276,7 +285,7 @@ def core_dispatch(
                 agent=agent,
                 action=args.get("action", ""),
                 trigger=trigger,
-                **_pick(args, "name", "status", "note", "skill_md", "fields", "query"),
+                **_pick(args, "name", "status", "note", "skill_md", "fields", "query", "keep"),
             )
         else:
             result = core_credential(
