@@ -18,6 +18,11 @@ class CognitionConfig(AppConfig):
 
         motor_skills.register()
 
+        # The skill cortex learns of every run's end through its own hook.
+        from cognition.cortex import hook
+
+        hook.connect()
+
         from runs.outbox import signal_committed
 
         from .delivery import on_signal_committed

@@ -25,6 +25,9 @@ GATED_ACTIONS = frozenset(
         "skill.update",
         # installing and approving a skill from a skill source (cognition.sources)
         "skill.acquire",
+        # the skill cortex: taking a released skill up again, keeping one long-term
+        "skill.take_up",
+        "skill.retain",
         "task.respond",
         "task.approve",
         "task.reject",

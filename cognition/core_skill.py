@@ -15,7 +15,7 @@ from skills.approval import approval_proposal, skill_approve
 from skills.errors import PolicyTransitionNotAllowed, SkillNotFound
 from skills.imports import skill_import_pasted
 from skills.index.disclosure import skill_describe
-from skills.index.search import skill_search
+from skills.index.search import query_normalise, skill_search
 from skills.install import skill_delete
 from skills.models import Policy, PolicyStatus
 from skills.policy_edits import policy_create, policy_update
@@ -43,6 +43,10 @@ SKILL_ACTIONS = (
     "import",
     "find",
     "acquire",
+    "perceive",
+    "plan",
+    "take_up",
+    "retain",
 )
 
 
@@ -158,11 +162,14 @@ def core_skill(
     fields: dict[str, Any] | None = None,
     query: str | None = None,
     acquisition: Any = None,
+    keep: Any = None,
 ) -> dict[str, Any]:
     """core.skill: list, search (ranked by the skill index), describe (the whole SKILL.md),
-    review, approve, reject, update, delete, import (mutations gated), find (candidates from
-    the skill sources, with their review) and acquire (install and approve one on the user's
-    yes; gated)."""
+    review, approve, reject, update, delete, import (mutations gated); find (candidates from
+    the skill sources, with their review) and, gated, acquire (install and approve one on the
+    user's yes); the cortex's perceive (query: the task), plan (name, query) and, gated, take_up
+    (a released skill, for a use the user confirmed) and retain (keep: the user's answer to the
+    retention suggestion)."""
     from .selectors import skills_for_agent
 
     if action not in SKILL_ACTIONS:
@@ -203,6 +210,16 @@ def core_skill(
     if action == "acquire":
         actor = gate(principal=principal, action="skill.acquire", trigger=trigger)
         return acquisition_install(acquisition_id=acquisition, agent=agent, name=name, actor=actor)
+    if action in ("perceive", "plan", "take_up", "retain"):
+        return _cortex_action(
+            principal=principal,
+            agent=agent,
+            action=action,
+            trigger=trigger,
+            name=name,
+            query=query,
+            keep=keep,
+        )
     if action == "import":
         if not isinstance(skill_md, str) or not skill_md.strip():
             raise InvalidRunParams("skill_md: the SKILL.md text is required", field="skill_md")
@@ -240,3 +257,43 @@ def core_skill(
             reason=data.get("reason", "") or "",
         )
     )
+
+
+def _cortex_action(
+    *,
+    principal: Principal,
+    agent: Agent,
+    action: str,
+    trigger: str | None,
+    name: str | None,
+    query: str | None,
+    keep: Any,
+) -> dict[str, Any]:
+    """The skill cortex's face in core.skill (cognition.cortex)."""
+    from . import cortex
+    from .cortex.cleanup import activate, retain
+
+    if action == "perceive":
+        if not isinstance(query, str):
+            raise InvalidRunParams("query: the task to perceive", field="query")
+        query_normalise(query, over_limit="refuse")
+        return cortex.perceive(agent=agent, task=query).as_dict()
+    if not isinstance(name, str) or not _SKILL_NAME.fullmatch(name):
+        raise InvalidRunParams(f"name: the skill to {action.replace('_', ' ')}", field="name")
+    if action == "plan":
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidRunParams("query: the task the skill is to run for", field="query")
+        task, _ = query_normalise(query, over_limit="refuse")
+        return cortex.execution_plan(agent=agent, skill=name, task=task)
+    if action == "retain" and not isinstance(keep, bool):
+        raise InvalidRunParams(
+            "keep: true keeps the skill long-term, false releases it", field="keep"
+        )
+    policy = skill_policy(agent=agent, name=name)
+    actor = gate(principal=principal, action=f"skill.{action}", trigger=trigger)
+    if action == "take_up":
+        return {
+            "skill": policy.skill.name,
+            "taken_up": activate(agent=agent, skill=name, actor=actor),
+        }
+    return retain(agent=agent, skill=name, keep=keep, actor=actor).as_dict()

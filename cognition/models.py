@@ -420,6 +420,17 @@ class TrustLevelChange(models.Model):
 
 # Skill sources and acquisitions live in cognition.sources; importing them here registers them
 # in the cognition app.
+# The skill cortex's models live in their own module (seed 003); imported here to register them
+# in the cognition app.
+from .cortex.models import (  # noqa: E402, F401
+    Cortex,
+    CortexCandidate,
+    CortexLesson,
+    CortexOutcome,
+    CortexRegion,
+    FailureClass,
+    LessonKind,
+)
 from .sources.models import (  # noqa: E402, F401
     AcquisitionStatus,
     SkillAcquisition,

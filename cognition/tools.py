@@ -140,11 +140,13 @@ _SCHEMAS: list[dict[str, Any]] = [
         "core_skill",
         "Manage skills. list (status filter), search: the skills that fit a request, ranked "
         "(query), describe: a skill's whole SKILL.md (name), review: the deterministic review "
-        "facts, import: a pasted SKILL.md (lands pending_review). find: when no installed "
-        "skill fits, search the configured skill sources (query: 3-5 English keywords) for at "
-        "most 3 candidates with their review findings and an acquisition number. acquire: "
-        "install and approve one candidate (acquisition, name) on the user's yes. approve, "
-        "reject, update (policy fields), delete and acquire need the user's consent.",
+        "facts, import: a pasted SKILL.md (lands pending_review), perceive: what the skill cortex "
+        "learned fits a task (query), plan: the execution plan of a skill for a task (name, "
+        "query). find: when no installed skill fits, search the configured skill sources "
+        "(query: 3-5 English keywords) for at most 3 candidates with their review findings and "
+        "an acquisition number. acquire: install and approve one candidate (acquisition, name) "
+        "on the user's yes. approve, reject, update (policy fields), delete, take_up (a "
+        "released skill), retain (keep) and acquire need the user's consent.",
         {
             "action": {"type": "string", "enum": list(SKILL_ACTIONS)},
             "name": {
@@ -153,11 +155,16 @@ _SCHEMAS: list[dict[str, Any]] = [
             },
             "query": {
                 "type": "string",
-                "description": "search: what the skill should do; find: 3-5 keywords.",
+                "description": "search: what the skill should do; perceive, plan: the task; "
+                "find: 3-5 keywords.",
             },
             "acquisition": {
                 "type": "integer",
                 "description": "acquire: the acquisition number find returned.",
+            },
+            "keep": {
+                "type": "boolean",
+                "description": "retain: true keeps the skill long-term, false releases it.",
             },
             "status": {"type": "string", "enum": list(PolicyStatus.values)},
             "note": {"type": "string", "description": "approve/reject: a note (reject: required)."},
@@ -287,7 +294,15 @@ def core_dispatch(
                 action=args.get("action", ""),
                 trigger=trigger,
                 **_pick(
-                    args, "name", "status", "note", "skill_md", "fields", "query", "acquisition"
+                    args,
+                    "name",
+                    "status",
+                    "note",
+                    "skill_md",
+                    "fields",
+                    "query",
+                    "acquisition",
+                    "keep",
                 ),
             )
         else:

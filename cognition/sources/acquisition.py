@@ -10,7 +10,8 @@ and must be the ones that were reviewed (same content hash), else the attempt fa
 An attempt that fails leaves nothing behind (its import, review and approval are one
 transaction) and the next candidate is tried: at most MAX_SWITCHES switches, and never to a
 candidate the review flagged (that one needs its own yes). When every attempt failed the
-acquisition is marked failed with each reason.
+acquisition is marked failed with each reason. An installed skill becomes a candidate of the
+agent's skill cortex for the task (`cognition.cortex.record_acquired`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from django.utils import timezone
 from skills.approval import skill_approve
 from skills.errors import ApprovalPermissionDenied, DomainError
 from skills.imports import skill_import_archive, skill_import_directory
-from skills.models import PolicyStatus
+from skills.models import PolicyStatus, SkillVersion
 from skills.reviewing import policy_review
 from skills.services import APPROVE_PERMISSION, Actor, _has_approve_permission
 
@@ -119,6 +120,26 @@ def _install_candidate(
     }
 
 
+def _cortex_remember(
+    *, acquisition: SkillAcquisition, installed: dict[str, Any], source: str
+) -> None:
+    """Tell the agent's skill cortex what was acquired for this task (seed 003 Phase 4: a new
+    candidate at the initial weight, the task's signal words merged into its region). The
+    install stands whatever the cortex does: a cortex that cannot take it is rebuilt from
+    later uses (boundary rule 6)."""
+    from cognition import cortex
+
+    version = SkillVersion.objects.select_related("skill").get(
+        skill_id=installed["skill_id"], number=installed["version"]
+    )
+    try:
+        cortex.record_acquired(
+            agent=acquisition.agent, task=acquisition.query, skill_version=version, source=source
+        )
+    except Exception:
+        logger.exception("acquisition %s: the skill cortex did not record it", acquisition.pk)
+
+
 def acquisition_install(
     *, acquisition_id: Any, agent: Any, name: Any, actor: Actor
 ) -> dict[str, Any]:
@@ -200,6 +221,7 @@ def acquisition_install(
         break
     fields: dict[str, Any] = {"attempts": attempts}
     if installed is not None:
+        _cortex_remember(acquisition=acquisition, installed=installed, source=candidate["source"])
         fields |= {
             "status": AcquisitionStatus.INSTALLED,
             "skill_id": installed.pop("skill_id"),

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cognition', '0008_trust_levels_of_seed_004'),
+        ('cognition', '0009_skill_cortex'),
         ('skills', '0006_policy_shell_allowlist'),
     ]
 
