@@ -209,7 +209,10 @@ def core_skill(
         return candidates_find(agent=agent, query=query)
     if action == "acquire":
         actor = gate(principal=principal, action="skill.acquire", trigger=trigger)
-        return acquisition_install(acquisition_id=acquisition, agent=agent, name=name, actor=actor)
+        narrowed = (fields or {}).get("tools")
+        return acquisition_install(
+            acquisition_id=acquisition, agent=agent, name=name, actor=actor, tools=narrowed
+        )
     if action in ("perceive", "plan", "take_up", "retain"):
         return _cortex_action(
             principal=principal,

@@ -144,8 +144,8 @@ _SCHEMAS: list[dict[str, Any]] = [
         "learned fits a task (query), plan: the execution plan of a skill for a task (name, "
         "query). find: when no installed skill fits, search the configured skill sources "
         "(query: 3-5 English keywords) for at most 3 candidates with their review findings and "
-        "an acquisition number. acquire: install and approve one candidate (acquisition, name) "
-        "on the user's yes. approve, reject, update (policy fields), delete, take_up (a "
+        "an acquisition number. acquire: install and approve one candidate (acquisition, name; "
+        "fields.tools narrows what the approval grants) on the user's yes. approve, reject, update (policy fields), delete, take_up (a "
         "released skill), retain (keep) and acquire need the user's consent.",
         {
             "action": {"type": "string", "enum": list(SKILL_ACTIONS)},
@@ -172,7 +172,8 @@ _SCHEMAS: list[dict[str, Any]] = [
             "fields": {
                 "type": "object",
                 "description": "update: any of domains, credentials, tools, dependencies, "
-                "inputs, credential_values, clear_credential_values, reason.",
+                "inputs, credential_values, clear_credential_values, reason. acquire: tools "
+                "(narrows the approval's tools).",
                 "properties": {
                     "domains": {"type": "array", "items": _STR},
                     "credentials": {"type": "array", "items": _STR},

@@ -22,7 +22,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from skills.approval import skill_approve
+from skills.approval import approval_proposal, skill_approve
 from skills.errors import ApprovalPermissionDenied, DomainError
 from skills.imports import skill_import_archive, skill_import_directory
 from skills.models import PolicyStatus, SkillVersion
@@ -40,7 +40,11 @@ MAX_SWITCHES = 2
 
 
 def _install_candidate(
-    *, acquisition: SkillAcquisition, candidate: dict[str, Any], actor: Actor
+    *,
+    acquisition: SkillAcquisition,
+    candidate: dict[str, Any],
+    actor: Actor,
+    tools: list[str] | None,
 ) -> dict[str, Any]:
     """Install and approve one candidate; raises a DomainError when it cannot be, having
     written nothing."""
@@ -111,7 +115,12 @@ def _install_candidate(
         if policy.status in (PolicyStatus.PENDING_REVIEW, PolicyStatus.NEEDS_REAPPROVAL) or stale:
             policy = policy_review(policy=policy.pk, actor=actor)
         if policy.status != PolicyStatus.APPROVED:
-            policy = skill_approve(policy=policy.pk, actor=actor, note=note)
+            grants = None
+            if tools is not None:
+                # The user narrowed the tools at their yes: the proposal, with only those.
+                grants = approval_proposal(policy=policy).grants()
+                grants["tools"] = [t for t in grants["tools"] if t in tools]
+            policy = skill_approve(policy=policy.pk, actor=actor, note=note, grants=grants)
     return {
         "skill": installed.skill.name,
         "version": installed.version.number,
@@ -141,10 +150,12 @@ def _cortex_remember(
 
 
 def acquisition_install(
-    *, acquisition_id: Any, agent: Any, name: Any, actor: Actor
+    *, acquisition_id: Any, agent: Any, name: Any, actor: Actor, tools: Any = None
 ) -> dict[str, Any]:
     """Install candidate `name` of the agent's proposed acquisition on the user's yes
-    (`actor`: who said it, already through the consent gate).
+    (`actor`: who said it, already through the consent gate). `tools`, when given, narrows
+    what the approval grants to those of the candidate's proposed tools (the user said yes to
+    less, e.g. read-only); naming a tool it does not propose is refused.
 
     Raises before anything happens when the acquisition does not exist for this agent
     (`AcquisitionNotFound`), was decided already (`AcquisitionClosed`), names no such
@@ -175,6 +186,20 @@ def acquisition_install(
             f"candidates are {', '.join(c['name'] for c in candidates)}.",
             details={"field": "name", "rule": "not-a-candidate"},
         )
+    if tools is not None:
+        proposed = chosen.get("proposed_tools") or []
+        if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+            raise AcquisitionInvalid(
+                "tools: a list of tool names to narrow the approval to.",
+                details={"field": "tools", "rule": "type"},
+            )
+        extra = sorted(set(tools) - set(proposed))
+        if extra:
+            raise AcquisitionInvalid(
+                f"tools {extra} are not proposed for {chosen['name']!r} (it proposes "
+                f"{proposed}); a yes may narrow the grants, never widen them.",
+                details={"field": "tools", "rule": "tools-not-proposed", "tools": extra},
+            )
     if not _has_approve_permission(actor):
         raise ApprovalPermissionDenied(
             f"{actor.label} may not approve skills, so nothing can be installed: approval "
@@ -196,7 +221,7 @@ def acquisition_install(
     for candidate in order[: 1 + MAX_SWITCHES]:
         try:
             installed = _install_candidate(
-                acquisition=acquisition, candidate=candidate, actor=actor
+                acquisition=acquisition, candidate=candidate, actor=actor, tools=tools
             )
         except DomainError as exc:
             attempts.append(

@@ -20,6 +20,7 @@ from typing import Any
 from django.db import transaction
 
 from skills import bundle as bundle_lib
+from skills.approval import tools_needed
 from skills.index.search import query_normalise
 from skills.models import Skill
 
@@ -105,6 +106,7 @@ def candidate_review(source: SkillSource, listing: Listing) -> dict[str, Any]:
         installed_names=installed,
     )
     suspicious = [f.to_dict() for f in facts.suspicious]
+    facts_json = facts.to_dict()
     return {
         "name": chosen,
         "original_name": fetched.bundle.name,
@@ -118,6 +120,8 @@ def candidate_review(source: SkillSource, listing: Listing) -> dict[str, Any]:
         "version": listing.version,
         "content_hash": bundle.content_hash,
         "flagged": any(f["severity"] in FLAGGING for f in suspicious),
+        # what approving it would grant by default (the user may narrow the tools at the yes)
+        "proposed_tools": tools_needed(facts_json),
         # suspicious patterns first: what a person must see before saying yes
         "review": {
             "suspicious": suspicious,

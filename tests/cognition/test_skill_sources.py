@@ -440,3 +440,35 @@ def test_unreviewed_sources_are_searched_only_when_reviewed_ones_found_too_littl
         ("pdf-to-text", True),
         ("pdf-x", False),
     ]
+
+
+def test_a_yes_may_narrow_the_grants_but_never_widen_them(world, skill_registry):
+    _source(skill_registry)
+    _two_pdf_skills(skill_registry)
+    found = _call(world, "find", query="convert pdf text")["result"]
+    assert found["candidates"][1]["proposed_tools"] == ["read", "write", "list"]
+    before = state_snapshot()
+    widened = _call(
+        world,
+        "acquire",
+        acquisition=found["acquisition"],
+        name="pdf-to-text",
+        fields={"tools": ["read", "bash"]},
+    )
+    assert widened["error"]["code"] == "acquisition_invalid"
+    assert widened["error"]["details"] == {
+        "field": "tools",
+        "rule": "tools-not-proposed",
+        "tools": ["bash"],
+    }
+    assert state_snapshot() == before
+    assert SkillAcquisition.objects.get().decided_at is None
+    narrowed = _call(
+        world,
+        "acquire",
+        acquisition=found["acquisition"],
+        name="pdf-to-text",
+        fields={"tools": ["read"]},
+    )
+    assert narrowed["result"]["installed"]["skill"] == "pdf-to-text"
+    assert Policy.objects.get(agent=world.alpha).tools == ["read"]
