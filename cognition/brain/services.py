@@ -533,7 +533,12 @@ def _wake_turn(*, conversation: Conversation, signal: Signal, client: openai.Ope
         if names:
             role = ModelRole.SMART
             if not resumed:
-                _review_skills(conversation=conversation, principal=agent_principal, names=names)
+                _review_skills(
+                    conversation=conversation,
+                    principal=agent_principal,
+                    names=names,
+                    run_id=str(facts.get("run_id") or ""),
+                )
     turn_run(
         conversation=conversation,
         trigger=trigger,
@@ -544,9 +549,11 @@ def _wake_turn(*, conversation: Conversation, signal: Signal, client: openai.Ope
     )
 
 
-def _review_skills(*, conversation: Conversation, principal: Principal, names: list[str]) -> None:
+def _review_skills(
+    *, conversation: Conversation, principal: Principal, names: list[str], run_id: str
+) -> None:
     """core.skill review for each new or updated skill, recorded as the brain's own tool calls,
-    plus one review card (event) per skill for the chat page."""
+    plus one review card (event) per skill for the chat page, naming the run that wrote it."""
     calls = [
         {
             "id": f"review_{conversation.pk}_{index}_{name}"[:200],
@@ -588,6 +595,7 @@ def _review_skills(*, conversation: Conversation, principal: Principal, names: l
             event={
                 "type": "skill_review",
                 "skill": name,
+                "run_id": run_id,
                 "status": review.get("status"),
                 "reviewed_hash": review.get("reviewed_hash"),
                 "facts": review.get("facts"),
