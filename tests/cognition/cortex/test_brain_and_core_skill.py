@@ -236,3 +236,27 @@ def test_a_proven_skill_wakes_the_brain_with_the_retention_question(world, chat,
     assert "ask the user whether to keep it as a long-term skill" in event.text
     policy.refresh_from_db()
     assert policy.disabled_at is None  # kept until the user answers
+
+
+def test_the_brain_sees_what_the_cortex_recognises_in_the_users_message(world, chat, policy):
+    brain = ScriptedLLM()
+    brain.add(reply_text("I know a skill for that."))
+    conversation_post_message(
+        conversation_id=chat.pk,
+        text="find the sales report",
+        actor=world.olivia,
+        client=brain.client(),
+    )
+    system = brain.requests[0]["messages"][0]["content"]
+    assert (
+        '<skill_cortex region="sales-report">\n'
+        '  <candidate skill="sales-report" version="1" effective_weight="0.50" successes="0" '
+        'failures="0"/>\n</skill_cortex>'
+    ) in system
+    # a message the cortex does not recognise adds nothing
+    other = ScriptedLLM()
+    other.add(reply_text("Hello."))
+    conversation_post_message(
+        conversation_id=chat.pk, text="hello there", actor=world.olivia, client=other.client()
+    )
+    assert "<skill_cortex" not in other.requests[0]["messages"][0]["content"]
