@@ -13,8 +13,9 @@ core.act decisions (seed 000 "Motor Run Lifecycle", seed 001 "core.act"):
   waits in awaiting_input with a question naming them and saying to set them in the admin or
   through the API (never as an answer). Setting them (cognition.services.credential_set) resumes
   it; an answer to that question is dropped, never stored.
-- Energy: checked before anything is prepared; drained (0.15 agentic, 0.05 oneshot) in the same
-  transaction that creates the run, so a refused or busy call drains nothing.
+- Energy: checked before anything is prepared; the start cost (runs.accounting: an agentic run's
+  base, a oneshot's flat cost) is drained in the same transaction that creates the run, so a
+  refused or busy call drains nothing; an agentic run pays its later iterations as they happen.
 """
 
 from __future__ import annotations
@@ -294,8 +295,9 @@ def _core_agentic(
             workspace.mkdir(parents=True, exist_ok=False)
         with transaction.atomic():
             # Lock and drain first, then create: a busy agent or a refused start rolls back both.
-            energy.energy_drain(agent=agent, mode=energy.Mode.AGENTIC, tools=granted)
+            taken = energy.energy_take(agent=agent, mode=energy.Mode.AGENTIC, tools=granted)
             started = run_start(
+                energy_cost=taken,
                 agent_id=agent.pk,
                 task=task,
                 actor=actor_label(principal),

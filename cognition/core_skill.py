@@ -86,9 +86,22 @@ def _policy_to_review(*, principal: Principal, agent: Agent, name: Any) -> Polic
 
 def skill_detail(*, policy: Policy) -> dict[str, Any]:
     policy = Policy.objects.select_related(
-        "skill", "skill__current_version", "agent", "approved_by", "approved_version"
+        "skill",
+        "skill__current_version",
+        "agent",
+        "approved_by",
+        "approved_version",
+        "disabled_by",
     ).get(pk=policy.pk)
-    return {**policy_detail(policy=policy), "description": policy.skill.description}
+    return {
+        **policy_detail(policy=policy),
+        "description": policy.skill.description,
+        # disabled by staff: status and approval are kept, but no run of it starts
+        "disabled": policy.disabled_at is not None,
+        "disabled_at": policy.disabled_at.isoformat() if policy.disabled_at else None,
+        "disabled_by": policy.disabled_by.get_username() if policy.disabled_by else None,
+        "disabled_reason": policy.disabled_reason,
+    }
 
 
 def skill_review_facts(*, principal: Principal, policy: Policy) -> dict[str, Any]:

@@ -1,4 +1,7 @@
-"""Energy of an agent (seed 001 "Energy Model"): flat drains, gating bands, lazy regeneration.
+"""Energy of an agent (seed 001 "Energy Model"): start costs, gating bands, lazy regeneration.
+
+What a run costs is runs.accounting's (base at the start, taken here; later iterations taken by
+the runtime as they are recorded).
 
 Bands, with the boundaries decided as follows (a level exactly on a boundary belongs to the band
 the seed's table lists it in, reading "0.3 - 0.5" and "0.05 - 0.3" as closed below):
@@ -21,6 +24,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from runs.accounting import energy_rates
 from runs.metrics import ENERGY_REFUSALS
 
 from .errors import EnergyTooLow
@@ -34,8 +38,11 @@ class Mode(StrEnum):
     AGENTIC = "agentic"
 
 
-# Flat cost per created run (seed 001 Phase 1), in energy units of the 0.0-1.0 scale.
-DRAIN: dict[Mode, float] = {Mode.ONESHOT: 0.05, Mode.AGENTIC: 0.15}
+def start_cost(*, mode: Mode | str, tools: Iterable[str] = ()) -> float:
+    """What starting a run of `mode` granted `tools` takes (the base of runs.accounting's
+    formula; an agentic run's later iterations are paid as they happen)."""
+    return energy_rates(mode=Mode(mode).value, tools=tools).base
+
 
 ALL_ABOVE = 0.5
 NO_BROWSER_FROM = 0.3
@@ -175,17 +182,29 @@ def energy_check(*, agent: Agent, mode: Mode | str, tools: Iterable[str] = ()) -
 def energy_drain(
     *, agent: Agent, mode: Mode | str, tools: Iterable[str] = (), actor: object = None
 ) -> Agent:
-    """Check the gate and take the flat cost of one created run, under a row lock.
+    """Check the gate and take the start cost of one run (`start_cost`), under a row lock;
+    return the agent as it now is.
 
     Call it only in the transaction that creates the run, so a refused or rolled-back start
     drains nothing. Raises `EnergyTooLow` (nothing changed) when the band forbids the run.
     """
+    return _drain(agent=agent, mode=mode, tools=tools)[0]
+
+
+def energy_take(*, agent: Agent, mode: Mode | str, tools: Iterable[str] = ()) -> float:
+    """`energy_drain`, returning the energy it took (what the run records as its cost so far:
+    the start cost, or the whole level when that was less)."""
+    return _drain(agent=agent, mode=mode, tools=tools)[1]
+
+
+def _drain(*, agent: Agent, mode: Mode | str, tools: Iterable[str]) -> tuple[Agent, float]:
     mode = Mode(mode)
+    tools = list(tools)
     with transaction.atomic():
         locked = Agent.objects.select_for_update().get(pk=agent.pk)
         level = energy_check(agent=locked, mode=mode, tools=tools)
         now = timezone.now()
-        locked.energy = round(max(0.0, level - DRAIN[mode]), _PRECISION)
+        locked.energy = round(max(0.0, level - start_cost(mode=mode, tools=tools)), _PRECISION)
         locked.last_energy_at = now
         locked.save(update_fields=["energy", "last_energy_at"])
     logger.info(
@@ -195,7 +214,7 @@ def energy_drain(
         level,
         locked.energy,
     )
-    return locked
+    return locked, round(level - locked.energy, _PRECISION)
 
 
 #: the permission a staff user needs to restore an agent's energy (superusers have it)

@@ -1,5 +1,5 @@
 """The rules of a schedule's fields: a known agent and skill (whose allowed domains the egress
-policy accepts), a task text, JSON inputs, exactly one of a crontab and an interval, and a
+policy accepts), a task text, JSON inputs that match the skill's input schema, exactly one of a crontab and an interval, and a
 time zone. A broken rule raises `ScheduleInvalid` naming the field and the rule.
 """
 
@@ -17,6 +17,7 @@ from celery.schedules import crontab as celery_crontab
 from sandbox import egress
 from skills import bundle as bundle_lib
 from skills.models import Policy
+from skills.toolpolicy.inputs import input_errors
 
 from .errors import CognitionError
 from .models import Agent
@@ -140,14 +141,14 @@ def _check_interval(value: Any) -> int:
     return seconds
 
 
-def _check_skill(agent: Agent, value: Any) -> str:
+def _check_skill(agent: Agent, value: Any) -> Policy:
     if not isinstance(value, str) or not _SKILL_NAME.fullmatch(value):
         raise _invalid(
             "skill",
             "known_skill",
             f"{str(value)[:80]!r} is not a skill name (lowercase letters, digits, hyphens)",
         )
-    policy = Policy.objects.filter(skill__name=value, agent=agent).first()
+    policy = Policy.objects.select_related("skill").filter(skill__name=value, agent=agent).first()
     if policy is None:
         raise _invalid(
             "skill",
@@ -168,7 +169,21 @@ def _check_skill(agent: Agent, value: Any) -> str:
             egress_rule=exc.rule,
             value=exc.entry,
         ) from None
-    return value
+    return policy
+
+
+def _check_inputs_schema(policy: Policy, inputs: dict[str, Any]) -> None:
+    """The skill's input schema, checked when the schedule is saved (as when a run starts), so
+    a schedule whose every fire would be refused is never stored."""
+    errors = input_errors(policy.inputs or {}, inputs)
+    if errors:
+        failing = ", ".join(f"{e.field} ({e.rule})" for e in errors)
+        raise _invalid(
+            "inputs",
+            "input_schema",
+            f"do not match the input schema of skill {policy.skill.name!r}: {failing}",
+            errors=[e.to_dict() for e in errors],
+        )
 
 
 def _check_task(value: Any) -> str:
@@ -210,9 +225,11 @@ def schedule_validate(
     enabled: Any = True,
 ) -> ScheduleSpec:
     """Check every field's rule; raise `ScheduleInvalid` naming the first that breaks one."""
-    skill_name = _check_skill(agent, skill)
+    policy = _check_skill(agent, skill)
+    skill_name = policy.skill.name
     task_text = _check_task(task)
     clean_inputs = _check_inputs(inputs)
+    _check_inputs_schema(policy, clean_inputs)
     has_cron = crontab not in (None, "")
     has_interval = interval_seconds is not None
     if has_cron == has_interval:

@@ -128,6 +128,9 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    from config.sqlite import require_sqlite
+
+    require_sqlite()  # 3.35 or newer (RETURNING), or a clear error naming the way out
     # WAL lets the web process read while a worker writes; the timeout (seconds) waits out
     # short write locks instead of failing with "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {})
@@ -486,6 +489,29 @@ SPECTACULAR_SETTINGS = {
 MOTOR_ENERGY_REGEN_PER_HOUR = env.float("MOTOR_ENERGY_REGEN_PER_HOUR", default=0.1)
 if MOTOR_ENERGY_REGEN_PER_HOUR < 0:
     raise ImproperlyConfigured("MOTOR_ENERGY_REGEN_PER_HOUR must be 0 or more (energy per hour).")
+# What a run costs (seed 001 Phase 2): base + max(0, iterations - free) x per_iteration, the base
+# taken when the run is created, each further iteration's share when its model reply is recorded.
+MOTOR_ENERGY_ONESHOT_COST = env.float("MOTOR_ENERGY_ONESHOT_COST", default=0.05)
+MOTOR_ENERGY_AGENTIC_BASE = env.float("MOTOR_ENERGY_AGENTIC_BASE", default=0.10)
+MOTOR_ENERGY_AGENTIC_FREE_ITERATIONS = env.int("MOTOR_ENERGY_AGENTIC_FREE_ITERATIONS", default=5)
+MOTOR_ENERGY_AGENTIC_PER_ITERATION = env.float("MOTOR_ENERGY_AGENTIC_PER_ITERATION", default=0.01)
+# the rates of a run granted the browser tool
+MOTOR_ENERGY_BROWSER_BASE = env.float("MOTOR_ENERGY_BROWSER_BASE", default=0.20)
+MOTOR_ENERGY_BROWSER_FREE_ITERATIONS = env.int("MOTOR_ENERGY_BROWSER_FREE_ITERATIONS", default=5)
+MOTOR_ENERGY_BROWSER_PER_ITERATION = env.float("MOTOR_ENERGY_BROWSER_PER_ITERATION", default=0.02)
+for _name in (
+    "MOTOR_ENERGY_ONESHOT_COST",
+    "MOTOR_ENERGY_AGENTIC_BASE",
+    "MOTOR_ENERGY_AGENTIC_FREE_ITERATIONS",
+    "MOTOR_ENERGY_AGENTIC_PER_ITERATION",
+    "MOTOR_ENERGY_BROWSER_BASE",
+    "MOTOR_ENERGY_BROWSER_FREE_ITERATIONS",
+    "MOTOR_ENERGY_BROWSER_PER_ITERATION",
+):
+    if not 0 <= globals()[_name] <= (1 if "FREE" not in _name else 50):
+        raise ImproperlyConfigured(
+            f"{_name} must be between 0 and {1 if 'FREE' not in _name else 50}."
+        )
 
 # --- logging -------------------------------------------------------------------------------------
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO")

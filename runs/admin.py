@@ -32,6 +32,7 @@ from runs import (
     admin_audit,  # noqa: F401 - registers the audit trail page
     services,
 )
+from runs.accounting import run_usage
 from runs.admin_skills import skills_written
 from runs.errors import RunError
 from runs.models import (
@@ -115,6 +116,9 @@ def console_state(run: MotorRun) -> dict[str, Any]:
     """Everything the run page shows about one run; placeholders only, never a value."""
     attempts = list(Attempt.objects.filter(run=run).order_by("index"))
     current = next((a for a in attempts if a.index == run.current_attempt_index), None)
+    usage = run_usage(run)
+    attempt_usage = {row["index"]: row for row in usage["attempts"]}
+    attempt_rows = [(attempt, attempt_usage.get(attempt.index, {})) for attempt in attempts]
     steps = list(
         Step.objects.filter(attempt__run=run)
         .select_related("attempt")
@@ -160,6 +164,8 @@ def console_state(run: MotorRun) -> dict[str, Any]:
         "status_label": RunStatus(run.status).label,
         "terminal": terminal,
         "attempts": attempts,
+        "attempt_rows": attempt_rows,
+        "usage": usage,
         "current": current,
         "progress": _progress(
             current.iteration if current else 0,
@@ -511,7 +517,18 @@ class MotorRunAdmin(ReadOnlyAdmin):
 
 @admin.register(Attempt)
 class AttemptAdmin(ReadOnlyAdmin):
-    list_display = ("run", "number", "status", "iteration", "max_iterations", "started_at")
+    list_display = (
+        "run",
+        "number",
+        "status",
+        "iteration",
+        "max_iterations",
+        "llm_calls",
+        "prompt_tokens",
+        "completion_tokens",
+        "energy_cost",
+        "started_at",
+    )
     list_filter = ("status",)
     search_fields = ("run__id",)
 
@@ -535,7 +552,7 @@ class StepAdmin(ReadOnlyAdmin):
 
 @admin.register(ApprovalRequest)
 class ApprovalRequestAdmin(ReadOnlyAdmin):
-    list_display = ("id", "run", "status", "expires_at", "decided_at")
+    list_display = ("id", "run", "status", "expires_at", "decided_at", "decided_by")
     list_filter = ("status",)
     search_fields = ("run__id",)
 

@@ -27,6 +27,7 @@ from typing import Any
 import openai
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 
 from runs.errors import LLMUnavailable
 from runs.llm import ModelRole, llm_chat, llm_client
@@ -186,6 +187,12 @@ def run_failure_hint(
     finally:
         if own:
             base.close()
+    # the hint is one more LLM call of the attempt (it comes after the attempt's signal)
+    Attempt.objects.filter(pk=found.pk).update(
+        llm_calls=F("llm_calls") + 1,
+        prompt_tokens=F("prompt_tokens") + reply.prompt_tokens,
+        completion_tokens=F("completion_tokens") + reply.completion_tokens,
+    )
     hint = " ".join(reply.content.split())[:HINT_MAX_CHARS]
     if not hint:
         return ""

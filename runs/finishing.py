@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from runs.accounting import run_rates, run_usage
 from runs.artifacts import artifacts_gather, artifacts_record
 from runs.credentials import saved_values
 from runs.errors import LeaseLost
@@ -28,26 +29,27 @@ from runs.models import (
     MotorRun,
     RunStatus,
     Step,
-    StepState,
 )
 from runs.mutex import mutex_release
 from runs.records import SliceOutcome, event_record, motor_result_emit, run_wake
 
 
-def _stats(run: MotorRun, attempt: Attempt) -> dict[str, Any]:
+def _stats(run: MotorRun) -> dict[str, Any]:
+    """The run's totals over all its attempts (runs.accounting), and under `attempts` each
+    attempt's own: what the closing signal, the result and the API report."""
     started = run.started_at or run.created_at
-    errors = sum(
-        1
-        for result in Step.objects.filter(attempt=attempt, state=StepState.DONE).values_list(
-            "result", flat=True
-        )
-        if result and not result.get("ok")
-    )
+    usage = run_usage(run)
     return {
-        "iterations": attempt.iteration,
+        "iterations": usage["iterations"],
         "duration_ms": int((timezone.now() - started).total_seconds() * 1000),
-        "energy_cost": 0.0,
-        "errors": errors,
+        "energy_cost": usage["energy_cost"],
+        "errors": usage["tool_errors"],
+        "llm_calls": usage["llm_calls"],
+        "tool_calls": usage["tool_calls"],
+        "prompt_tokens": usage["prompt_tokens"],
+        "completion_tokens": usage["completion_tokens"],
+        "total_tokens": usage["total_tokens"],
+        "attempts": usage["attempts"],
     }
 
 
@@ -85,7 +87,7 @@ def run_finish_failed(
             "pending_tool_call_id",
         ]
     )
-    result = {"ok": False, "summary": partial, "stats": _stats(run, attempt), "failure": failure}
+    result = {"ok": False, "summary": partial, "stats": _stats(run), "failure": failure}
     previous = run.status
     run.fail(result=result, at=now)
     fields = ["status", "result", "completed_at", "lease_expires_at", "updated_at"]
@@ -160,6 +162,33 @@ def run_fail_budget(lease: Lease, run: MotorRun, attempt: Attempt, *, actor: str
     return SliceOutcome.FINISHED
 
 
+def run_fail_out_of_energy(
+    lease: Lease,
+    run: MotorRun,
+    attempt: Attempt,
+    *,
+    level: float,
+    charge: float,
+    actor: str,
+) -> SliceOutcome:
+    """Fail the run whose agent cannot pay its next iteration (`charge` > `level`)."""
+    rates = run_rates(run)
+    return run_fail_fenced(
+        lease,
+        run,
+        attempt,
+        category=FailureCategory.BUDGET_EXHAUSTED,
+        message=(
+            f"out of energy: iteration {run.iterations + 1} costs {charge:g} and the agent has "
+            f"{level:g} (this run: base {rates.base:g}, {rates.free_iterations} iterations "
+            f"included, then {rates.per_iteration:g} each; it took {run.energy_cost:g} so far). "
+            "Energy regenerates over time; a staff user can restore it."
+        ),
+        retryable=True,
+        actor=actor,
+    )
+
+
 def run_fail_fenced(
     lease: Lease,
     run: MotorRun,
@@ -214,7 +243,7 @@ def run_finish_completed(
         result = {
             "ok": True,
             "summary": _final_reply_text(attempt),
-            "stats": _stats(run, attempt),
+            "stats": _stats(run),
             "skills": skills,
             "artifacts": artifacts_record(run, files),
             "artifacts_omitted": omitted,

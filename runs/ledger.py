@@ -25,6 +25,7 @@ from functools import cache
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Field
 from django.utils import timezone
@@ -164,10 +165,12 @@ def _pipeline(statements: Sequence[Statement], *, durable: bool) -> list[tuple[i
 
 
 @cache
-def _fence_sql(release: bool, postgresql: bool) -> str:
+def _fence_sql(release: bool, postgresql: bool, counting: bool = False) -> str:
     """The fencing UPDATE: renews the lease, or with `release` frees it (the slice ends with
-    this write). Either way the unfinished-slice count is reset: the write is progress.
-    Parameters: seconds the lease lives (renew only), run id, token."""
+    this write). Either way the unfinished-slice count is reset: the write is progress. With
+    `counting` (the write of a model reply) it also counts the run's iteration and adds its
+    energy charge. Parameters: seconds the lease lives (renew only), the charge (counting
+    only), run id, token."""
     if release:
         sets = (
             f"{_quote('lease_expires_at')} = NULL, {_quote('lease_owner')} = '', "
@@ -175,15 +178,23 @@ def _fence_sql(release: bool, postgresql: bool) -> str:
         )
     else:
         sets = f"{_quote('lease_expires_at')} = {_later('%s')}"
+    if counting:
+        sets += (
+            f", {_quote('iterations')} = {_quote('iterations')} + 1, "
+            f"{_quote('energy_cost')} = {_quote('energy_cost')} + %s"
+        )
     return (
         f"UPDATE {_quote(MotorRun._meta.db_table)} SET {sets}, {_quote('redelivery_count')} = 0 "  # noqa: S608 - quoted model names; values are parameters
         f"WHERE {_quote('id')} = %s AND {_quote('lease_token')} = %s"
     )
 
 
-def _fence(lease: Lease, *, release: bool = False) -> Statement:
+def _fence(lease: Lease, *, release: bool = False, charge: float | None = None) -> Statement:
     head: list[Any] = [] if release else [lease.lifetime.total_seconds()]
-    return _fence_sql(release, _postgresql()), [*head, lease.run_id, lease.token], False
+    if charge is not None:
+        head.append(charge)
+    sql = _fence_sql(release, _postgresql(), charge is not None)
+    return sql, [*head, lease.run_id, lease.token], False
 
 
 @cache
@@ -202,11 +213,18 @@ def _held(lease: Lease) -> list[Any]:
 
 
 def _fenced(
-    lease: Lease, statements: Sequence[Statement], *, release: bool = False, durable: bool
+    lease: Lease,
+    statements: Sequence[Statement],
+    *,
+    release: bool = False,
+    durable: bool,
+    charge: float | None = None,
 ) -> list[tuple[int, Any]]:
     """The fence, then `statements` (each guarded by `_held`), as one write; LeaseLost when the
-    fence did not match (and so nothing changed)."""
-    results = _write([_fence(lease, release=release), *statements], durable=durable)
+    fence did not match (and so nothing changed). With `charge`, the fence counts an iteration
+    of the run and adds the charge to its energy cost."""
+    fence = _fence(lease, release=release, charge=charge)
+    results = _write([fence, *statements], durable=durable)
     if results[0][0] != 1:
         raise stale_lease(lease)
     return results[1:]
@@ -218,34 +236,118 @@ def _fenced(
 @cache
 def _reply_sql(postgresql: bool) -> str:
     held = _held_sql(postgresql)
+    added = ", ".join(
+        f"{_quote(column)} = {_quote(column)} + %s"
+        for column in ("prompt_tokens", "completion_tokens", "energy_cost")
+    )
     return (
         f"UPDATE {_quote(Attempt._meta.db_table)} SET {_quote('messages')} = "  # noqa: S608 - quoted model names; values are parameters
-        f"{_append(_quote('messages'))}, {_quote('iteration')} = %s "
+        f"{_append(_quote('messages'))}, {_quote('iteration')} = %s, "
+        f"{_quote('llm_calls')} = {_quote('llm_calls')} + 1, {added} "
         f"WHERE {_quote('id')} = %s AND {held}"
     )
 
 
-def ledger_record_reply(
-    lease: Lease, attempt: Attempt, message: dict[str, Any], *, intent: Step | None = None
-) -> None:
-    """Append the model's reply to the attempt's messages and count the iteration; with
-    `intent` (unsaved, for the new iteration), also insert that call's Step row in the same
-    write, durably, so the call may start once this returns.
+def _agent_model() -> Any:
+    # the runtime names no brain-side module: the run's own foreign key knows the table
+    return MotorRun._meta.get_field("agent").related_model
 
-    `attempt` (and `intent`'s primary key) are updated in memory once the write succeeded.
+
+def _energy_level_sql(postgresql: bool) -> str:
+    """An agent's energy now as an SQL expression over its row: the stored level plus
+    regeneration since `last_energy_at`, at most 1.0 (cognition.energy.energy_level's rule).
+    Parameter: the regeneration per hour."""
+    energy, since = _quote("energy"), _quote("last_energy_at")
+    if postgresql:
+        hours = f"CAST(EXTRACT(EPOCH FROM ({_now()} - {since})) AS double precision) / 3600.0"
+        least = "LEAST"
+    else:
+        hours = f"(julianday('now') - julianday({since})) * 24.0"
+        least = "MIN"
+    return f"{least}(1.0, {energy} + CASE WHEN {since} IS NULL THEN 0.0 ELSE %s * {hours} END)"
+
+
+@cache
+def _charge_sql(postgresql: bool) -> str:
+    """Take an iteration's charge from the agent: its level now minus the charge (never below
+    0), stamped now. Parameters: regeneration per hour, charge, agent id, then `_held`'s."""
+    greatest = "GREATEST" if postgresql else "MAX"
+    level = _energy_level_sql(postgresql)
+    return (
+        f"UPDATE {_quote(_agent_model()._meta.db_table)} SET "  # noqa: S608 - quoted model names; values are parameters
+        f"{_quote('energy')} = {greatest}(0.0, {level} - %s), "
+        f"{_quote('last_energy_at')} = {_now()} "
+        f"WHERE {_quote('id')} = %s AND {_held_sql(postgresql)}"
+    )
+
+
+def ledger_energy_level(agent_id: int) -> float:
+    """The energy agent `agent_id` has now (0.0 when it no longer exists). One read."""
+    sql = (
+        f"SELECT {_energy_level_sql(_postgresql())} "  # noqa: S608 - quoted model names
+        f"FROM {_quote(_agent_model()._meta.db_table)} WHERE {_quote('id')} = %s"
+    )
+    with _connection().cursor() as cursor:
+        cursor.execute(sql, [_regen_per_hour(), agent_id])
+        row = cursor.fetchone()
+    return round(float(row[0]), 6) if row else 0.0
+
+
+def _regen_per_hour() -> float:
+    return float(settings.MOTOR_ENERGY_REGEN_PER_HOUR)
+
+
+def ledger_record_reply(
+    lease: Lease,
+    attempt: Attempt,
+    message: dict[str, Any],
+    *,
+    intent: Step | None = None,
+    run: MotorRun | None = None,
+    charge: float = 0.0,
+    tokens: tuple[int, int] = (0, 0),
+) -> None:
+    """Append the model's reply to the attempt's messages and count the iteration, the LLM call
+    and the `tokens` (prompt, completion) its answer reported; with `intent` (unsaved, for the
+    new iteration), also insert that call's Step row in the same write, durably, so the call
+    may start once this returns.
+
+    With `run`, the run's iteration is counted too and `charge` (the iteration's energy, see
+    runs.accounting) is added to the run's and the attempt's energy cost and taken from the
+    run's agent (never below 0), all in this same write: what the run says it cost is what
+    the agent lost.
+
+    `attempt`, `run` (and `intent`'s primary key) are updated in memory once the write
+    succeeded.
     """
     iteration = attempt.iteration + 1
     held = _held(lease)
-    statements: list[Statement] = [
-        (_reply_sql(_postgresql()), [json.dumps(message), iteration, attempt.pk, *held], False)
-    ]
+    charged = charge if run is not None else 0.0
+    reply_params = [json.dumps(message), iteration, *tokens, charged, attempt.pk, *held]
+    statements: list[Statement] = [(_reply_sql(_postgresql()), reply_params, False)]
     if intent is not None:
         statements.append(_insert_step(lease, intent))
-    results = _fenced(lease, statements, durable=intent is not None)
+    if run is not None and charged > 0:
+        agent_params = [_regen_per_hour(), charged, run.agent_id, *held]
+        statements.append((_charge_sql(_postgresql()), agent_params, False))
+    results = _fenced(
+        lease,
+        statements,
+        # a lost charge is lost with its reply, which is then asked for and charged again
+        durable=intent is not None,
+        charge=charged if run is not None else None,
+    )
     if intent is not None:
         _saved(intent, results[1])
     attempt.iteration = iteration
     attempt.messages = [*attempt.messages, message]
+    attempt.llm_calls += 1
+    attempt.prompt_tokens += tokens[0]
+    attempt.completion_tokens += tokens[1]
+    attempt.energy_cost += charged
+    if run is not None:
+        run.iterations += 1
+        run.energy_cost += charged
 
 
 @cache

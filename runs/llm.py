@@ -20,6 +20,7 @@ import httpx
 import openai
 from django.conf import settings
 
+from runs.accounting import usage_of
 from runs.errors import LLMUnavailable
 from runs.metrics import llm_timer, llm_usage_record
 
@@ -109,6 +110,9 @@ class LLMReply:
     content: str
     tool_calls: tuple[ToolCall, ...]
     model: str
+    # what the answer's `usage` reported (0 when it reported nothing)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
     def as_message(self) -> dict[str, Any]:
         """The assistant message as it is stored in the attempt and sent back later."""
@@ -217,10 +221,13 @@ def _parse_reply(raw: bytes, model: str) -> LLMReply:
             for call in (message.get("tool_calls") or [])
             if isinstance(call, dict) and isinstance(call.get("function"), dict)
         )
+        prompt_tokens, completion_tokens = usage_of(data.get("usage"))
         return LLMReply(
             content=message.get("content") or "",
             tool_calls=calls,
             model=str(data.get("model") or model),
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
         )
     except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
         raise LLMUnavailable(

@@ -19,6 +19,7 @@ import openai
 from django.conf import settings
 from django.db import transaction
 
+from runs.accounting import run_rates
 from runs.crashpoints import crash_point
 from runs.credentials import (
     credentials_gate,
@@ -37,6 +38,7 @@ from runs.finishing import (
     reply_final,
     run_fail_budget,
     run_fail_fenced,
+    run_fail_out_of_energy,
     run_fail_timeout,
     run_finish_completed,
     slice_end,
@@ -48,6 +50,7 @@ from runs.lease import (
 )
 from runs.ledger import (
     ledger_claim,
+    ledger_energy_level,
     ledger_record_reply,
     ledger_take_over,
 )
@@ -70,9 +73,6 @@ from runs.policy_gate import standing_of
 from runs.records import SliceOutcome
 from runs.sessions import open_run_sessions, run_session_close
 from runs.tools import SandboxSlot
-
-logger = logging.getLogger(__name__)
-
 
 logger = logging.getLogger(__name__)
 
@@ -315,6 +315,15 @@ def _run_iteration(
     if not pending:
         if attempt.iteration >= attempt.max_iterations:
             return run_fail_budget(lease, run, attempt, actor=actor)
+        # An iteration past the free ones is paid when its reply is recorded; an agent that
+        # cannot pay it stops here, before the model is asked.
+        charge = run_rates(run).iteration_cost(run.iterations + 1)
+        if charge > 0:
+            level = ledger_energy_level(run.agent_id)
+            if level < charge:
+                return run_fail_out_of_energy(
+                    lease, run, attempt, level=level, charge=charge, actor=actor
+                )
         # The granted tools' executors get ready while the model thinks: a run granted sandbox
         # tools gets its session, so the first call finds it open instead of waiting for the
         # sandbox to start (a run granted none opens none). It starts once the request is out:
@@ -398,7 +407,15 @@ def _record_reply(
         if intent is not None:
             # the reply and this intent are written together: there is no moment between them
             crash_point("before_step")
-        ledger_record_reply(lease, attempt, stored, intent=intent)
+        ledger_record_reply(
+            lease,
+            attempt,
+            stored,
+            intent=intent,
+            run=run,
+            charge=run_rates(run).iteration_cost(run.iterations + 1),
+            tokens=(reply.prompt_tokens, reply.completion_tokens),
+        )
     ITERATIONS.inc()
     log_context_bind(iteration=attempt.iteration)
     if reply.tool_calls:

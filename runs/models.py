@@ -184,6 +184,15 @@ class MotorRun(FSMModelMixin, models.Model):
     # seconds spent paused for a human (an answer, an approval, a credential): not counted
     # against timeout_s, which budgets the run's own work
     waited_s = models.PositiveIntegerField(default=0)
+    iterations = models.PositiveIntegerField(
+        default=0,
+        help_text="Model replies recorded over all attempts (the energy formula's count).",
+    )
+    energy_cost = models.FloatField(
+        default=0.0,
+        help_text="Energy this run took from its agent: the base at creation plus each paid "
+        "iteration (0.0-1.0 scale).",
+    )
     completed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -298,6 +307,18 @@ class Attempt(FSMModelMixin, models.Model):
         default=0, help_text="Step cursor: LLM calls recorded so far in this attempt."
     )
     max_iterations = models.PositiveSmallIntegerField(default=DEFAULT_MAX_ITERATIONS)
+    llm_calls = models.PositiveIntegerField(
+        default=0, help_text="LLM answers received for this attempt (its replies and its hint)."
+    )
+    prompt_tokens = models.PositiveBigIntegerField(
+        default=0, help_text="Prompt tokens those answers reported (their usage)."
+    )
+    completion_tokens = models.PositiveBigIntegerField(
+        default=0, help_text="Completion tokens those answers reported (their usage)."
+    )
+    energy_cost = models.FloatField(
+        default=0.0, help_text="Energy its iterations past the free ones took (no base)."
+    )
     recovery_context = models.JSONField(null=True, blank=True)
     failure = models.JSONField(null=True, blank=True)
     pending_question = models.TextField(blank=True, default="")
@@ -420,6 +441,12 @@ class ApprovalRequest(FSMModelMixin, models.Model):
     )
     expires_at = models.DateTimeField()
     decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text="Who approved or rejected it (the actor: user:<name>, agent:<name>, reaper).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -436,16 +463,19 @@ class ApprovalRequest(FSMModelMixin, models.Model):
         return f"approval {self.pk} for {self.run_id} ({self.status})"
 
     @transition(field=status, source=ApprovalStatus.PENDING, target=ApprovalStatus.CONSUMED)
-    def consume(self, *, at: datetime) -> None:
+    def consume(self, *, at: datetime, by: str = "") -> None:
         self.decided_at = at
+        self.decided_by = by[:200]
 
     @transition(field=status, source=ApprovalStatus.PENDING, target=ApprovalStatus.EXPIRED)
-    def expire(self, *, at: datetime) -> None:
+    def expire(self, *, at: datetime, by: str = "") -> None:
         self.decided_at = at
+        self.decided_by = by[:200]
 
     @transition(field=status, source=ApprovalStatus.PENDING, target=ApprovalStatus.REJECTED)
-    def reject(self, *, at: datetime) -> None:
+    def reject(self, *, at: datetime, by: str = "") -> None:
         self.decided_at = at
+        self.decided_by = by[:200]
 
 
 class Signal(models.Model):

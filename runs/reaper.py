@@ -93,8 +93,8 @@ def run_reap(*, actor: str = "reaper") -> ReapReport:
             approval = ApprovalRequest.objects.select_for_update().get(pk=approval_id)
             if approval.status != ApprovalStatus.PENDING:
                 continue  # decided meanwhile
-            approval.expire(at=now)
-            approval.save(update_fields=["status", "decided_at"])
+            approval.expire(at=now, by="reaper")
+            approval.save(update_fields=["status", "decided_at", "decided_by"])
             if run.status == RunStatus.AWAITING_APPROVAL:
                 run_finish_failed(
                     run,

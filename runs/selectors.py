@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery, Sum
 
+from runs.accounting import run_usage
 from runs.models import ACTIVE_STATUSES, Attempt, MotorRun, RunEvent, Signal, Step
 
 
@@ -81,6 +82,19 @@ def run_list(
     )
 
 
+#: characters of a tool call's output shown with its step in a run's details
+OUTPUT_EXCERPT_CHARS = 200
+
+
+def output_excerpt(result: dict[str, Any] | None) -> str:
+    """The first OUTPUT_EXCERPT_CHARS characters of a recorded call's output, whitespace runs
+    folded to one space, "…" appended when cut; "" while the call is in flight."""
+    text = " ".join(str((result or {}).get("output") or "").split())
+    if len(text) <= OUTPUT_EXCERPT_CHARS:
+        return text
+    return text[: OUTPUT_EXCERPT_CHARS - 1] + "…"
+
+
 def run_status(*, run_id: str) -> dict[str, Any] | None:
     """Full details of one run: status, result, the current attempt, its steps and question."""
     run = run_get(run_id=run_id)
@@ -104,6 +118,7 @@ def run_status(*, run_id: str) -> dict[str, Any] | None:
         },
         "attempts": run.current_attempt_index + 1,
         "max_attempts": run.max_attempts,
+        "usage": run_usage(run),
         "pending_question": attempt.pending_question or None,
         "missing_credentials": list(run.missing_credentials),
         "steps": [
@@ -119,6 +134,7 @@ def run_status(*, run_id: str) -> dict[str, Any] | None:
                 "ok": (step.result or {}).get("ok"),
                 "error_code": (step.result or {}).get("error_code"),
                 "duration_ms": step.duration_ms,
+                "output_excerpt": output_excerpt(step.result),
             }
             for step in step_list(run_id=run.id)
         ],

@@ -153,8 +153,12 @@ def run_start(
     parent_run_id: str | None = None,
     max_attempts: int = 3,
     review: bool = False,
+    energy_cost: float = 0.0,
 ) -> RunStarted:
     """Create a run in `created` and enqueue its first slice on commit.
+
+    `energy_cost` is what its start took from the agent (the caller drained it in the same
+    transaction); the run adds each paid iteration to it.
 
     `review=True` starts a skill review run: only read, list, glob and grep (the default when no
     tools are given), no domains, no credentials, no host-side tools, at most 10 iterations and
@@ -221,6 +225,7 @@ def run_start(
             max_attempts=max_attempts,
             review=review,
             idle_since=timezone.now(),
+            energy_cost=energy_cost,
         )
         attempt = Attempt(
             run=run,
@@ -543,8 +548,8 @@ def run_approve(*, run_id: str, approval_id: int, actor: str) -> RunTransitioned
         run, attempt, approval = _pending_approval(run_id, approval_id)
         now = timezone.now()
         if approval.expires_at <= now:
-            approval.expire(at=now)
-            approval.save(update_fields=["status", "decided_at"])
+            approval.expire(at=now, by=actor)
+            approval.save(update_fields=["status", "decided_at", "decided_by"])
             run_finish_failed(
                 run,
                 attempt,
@@ -558,8 +563,8 @@ def run_approve(*, run_id: str, approval_id: int, actor: str) -> RunTransitioned
                 "previous_status": "awaiting_approval",
                 "new_status": "failed",
             }
-        approval.consume(at=now)
-        approval.save(update_fields=["status", "decided_at"])
+        approval.consume(at=now, by=actor)
+        approval.save(update_fields=["status", "decided_at", "decided_by"])
         step = approval.step
         if step is not None and step.tool == REQUEST_APPROVAL:
             tool = approval.action.get("tool")
@@ -584,8 +589,8 @@ def run_reject(*, run_id: str, approval_id: int, actor: str, note: str = "") -> 
     """Refuse the pending action: it never runs, the model is told why, the loop resumes."""
     with transaction.atomic():
         run, attempt, approval = _pending_approval(run_id, approval_id)
-        approval.reject(at=timezone.now())
-        approval.save(update_fields=["status", "decided_at"])
+        approval.reject(at=timezone.now(), by=actor)
+        approval.save(update_fields=["status", "decided_at", "decided_by"])
         if approval.step is not None:
             step_complete(
                 run,

@@ -79,6 +79,41 @@ def _too_large(exc: Exception) -> Response:
     )
 
 
+#: seconds a refused start suggests waiting before it is sent again (Retry-After); a run's slice
+#: is a few seconds of model and tool time, so a client polling at this pace is not left waiting
+BUSY_RETRY_AFTER_S = 10
+
+
+def _motor_busy(exc: MotorBusy) -> Response:
+    """409 for a start refused by the one-active-run rule, written for a client of the REST API:
+    which run holds the agent, in what status, where to watch or cancel it, when to retry. (The
+    core.* tools keep the runtime's own message, written for a brain.)"""
+    from runs.models import MotorRun
+
+    holder = MotorRun.objects.select_related("agent").filter(pk=exc.run_id).first()
+    details: dict[str, Any] = {"run_id": exc.run_id}
+    if holder is None:
+        # the holder finished between the refusal and this answer: retrying now will work
+        message = (
+            "The agent's previous run was finishing as this request arrived; an agent runs one "
+            "task at a time. Send this request again."
+        )
+    else:
+        url = f"/api/v1/runs/{holder.pk}/"
+        message = (
+            f"Agent {holder.agent.name} already has an active run, {holder.pk} ({holder.status}); "
+            f"an agent runs one task at a time. Wait for it to finish (GET {url} shows its "
+            f"status) or cancel it (POST {url}cancel/), then send this request again."
+        )
+        details.update(run_status=holder.status, run_url=url)
+    details["retry_after_s"] = BUSY_RETRY_AFTER_S
+    return Response(
+        error_body(MotorBusy.code, message, details),
+        status=status.HTTP_409_CONFLICT,
+        headers={"Retry-After": str(BUSY_RETRY_AFTER_S)},
+    )
+
+
 def _json_safe(details: dict[str, Any]) -> dict[str, Any]:
     return {
         k: v if isinstance(v, str | int | float | bool | None) else str(v)
@@ -103,6 +138,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         if exc.http_status >= 500:
             logger.error("domain error %s: %s", exc.code, exc.message)
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.http_status)
+    if isinstance(exc, MotorBusy):
+        return _motor_busy(exc)
     if isinstance(exc, RunError):
         code = _RUN_STATUS.get(type(exc), 400)
         return Response(error_body(exc.code, exc.message, _json_safe(exc.details)), status=code)

@@ -14,6 +14,8 @@ from typing import Any
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from rest_framework import serializers
 
+from skills.toolpolicy import manifests
+
 #: Every character Python's str.strip() removes (what DRF trims), as a regex class body.
 WHITESPACE = "".join(c for c in map(chr, range(0x3001)) if c.isspace())
 NO_NUL_PATTERN = "^[^\x00]*$"
@@ -58,13 +60,24 @@ class Boolean(serializers.BooleanField):
         return data
 
 
+class ToolName(Text):
+    """The name of a tool a run may be granted. The OpenAPI description lists the grantable set
+    as the manifests define it (skills.toolpolicy.manifests.GRANTABLE); a name outside it is
+    refused by the grant's own check, whose message names that set."""
+
+    enum = manifests.GRANTABLE
+
+
 class TextSchema(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
     target_class = "cognition.api.fields.Text"
     match_subclasses = True
 
     def map_serializer_field(self, auto_schema: Any, direction: Any) -> Any:
         schema = auto_schema._map_serializer_field(self.target, direction, bypass_extensions=True)
-        if direction == "request":
+        enum = getattr(self.target, "enum", None)
+        if enum is not None:
+            schema["enum"] = list(enum)
+        elif direction == "request":
             schema["pattern"] = NO_NUL_PATTERN if self.target.allow_blank else NOT_BLANK_PATTERN
         return schema
 

@@ -46,6 +46,7 @@ from runs.models import (
     Trigger,
 )
 from skills.errors import DomainError
+from skills.toolpolicy import manifests
 
 from . import fields
 from .pagination import CursorPage, page_params
@@ -67,13 +68,14 @@ class RunCreateSerializer(serializers.Serializer):
     task = fields.Text(help_text="What to accomplish, in natural language.")
     skill = fields.Text(required=False, allow_null=True, default=None)
     tools = serializers.ListField(
-        child=fields.Text(),
+        child=fields.ToolName(),
         required=False,
         allow_null=True,
         default=None,
         help_text=(
-            "Tools to grant (code, bash, read, write, edit, list, glob, grep, fetch; aliases "
-            "filesystem, shell). For an approved skill: may only narrow the policy's tools."
+            f"Tools to grant ({', '.join(manifests.TOOL_IDS)}; aliases "
+            f"{', '.join(manifests.ALIASES)}), as GET /api/v1/tools/manifests/ describes them. "
+            "For an approved skill: may only narrow the policy's tools."
         ),
     )
     domains = serializers.ListField(
@@ -124,6 +126,28 @@ class RunPageSerializer(serializers.Serializer):
     results = RunListItemSerializer(many=True)
 
 
+class _Usage(serializers.Serializer):
+    iterations = serializers.IntegerField(help_text="Model replies recorded.")
+    llm_calls = serializers.IntegerField(help_text="LLM answers received (replies and hints).")
+    tool_calls = serializers.IntegerField(help_text="Tool calls requested (steps).")
+    tool_errors = serializers.IntegerField(help_text="Tool calls whose result was not ok.")
+    prompt_tokens = serializers.IntegerField(help_text="As the model's answers reported them.")
+    completion_tokens = serializers.IntegerField()
+    total_tokens = serializers.IntegerField()
+    energy_cost = serializers.FloatField(
+        help_text="Energy taken (0.0-1.0 scale); a run's includes its start's base, an "
+        "attempt's only its paid iterations."
+    )
+
+
+class AttemptUsageSerializer(_Usage):
+    index = serializers.IntegerField(help_text="The attempt, counted from 0.")
+
+
+class RunUsageSerializer(_Usage):
+    attempts = AttemptUsageSerializer(many=True, help_text="Each attempt's own numbers.")
+
+
 class RunDetailSerializer(serializers.Serializer):
     id = serializers.CharField()
     status = serializers.CharField(help_text="Run status: " + " | ".join(RunStatus.values))
@@ -141,6 +165,9 @@ class RunDetailSerializer(serializers.Serializer):
     )
     attempts = serializers.IntegerField(help_text="Attempts started so far (1 for a new run).")
     max_attempts = serializers.IntegerField()
+    usage = RunUsageSerializer(
+        help_text="What the run used so far, over all its attempts (runs.accounting)."
+    )
     pending_question = serializers.CharField(allow_null=True)
     missing_credentials = serializers.ListField(
         child=serializers.CharField(),
@@ -151,7 +178,9 @@ class RunDetailSerializer(serializers.Serializer):
         child=serializers.DictField(),
         help_text="Tool calls in order: attempt and call_index count from 0; attempt_number and "
         "call_number are the same counted from 1; iteration is the LLM call that asked for it "
-        "(from 1).",
+        "(from 1). Each has tool, arguments, state (intent, done), ok, error_code, duration_ms "
+        "and output_excerpt: the first 200 characters of the call's output (whitespace folded, "
+        "'…' when cut; empty while the call is in flight); GET runs/{id}/log/ has more.",
     )
     created_at = serializers.CharField()
     started_at = serializers.CharField(allow_null=True)
@@ -323,7 +352,9 @@ class RunListView(PrincipalAPIView):
         description=(
             "An approved skill runs with its policy's tools, domains and credentials (explicit "
             "tools/domains may only narrow them); a skill in any other status needs explicit "
-            "tools and domains. Energy (0.15) is taken only when the run is created. "
+            "tools and domains. The run's base energy (MOTOR_ENERGY_AGENTIC_BASE, 0.10 by "
+            "default) is taken only when it is created; each iteration past the free ones is "
+            "paid as it is recorded. "
             "Idempotency-Key: a replay within 24 h returns the first response."
         ),
         parameters=[

@@ -61,6 +61,13 @@ class SkillDetailSerializer(serializers.Serializer):
     reviewed_at = serializers.CharField(allow_null=True)
     reviewed_hash = serializers.CharField()
     rejection_note = serializers.CharField()
+    disabled = serializers.BooleanField(
+        help_text="Disabled by staff for this agent: status and approval are kept, but no run "
+        "of the skill starts until it is enabled again (in the admin)."
+    )
+    disabled_at = serializers.CharField(allow_null=True)
+    disabled_by = serializers.CharField(allow_null=True)
+    disabled_reason = serializers.CharField(help_text="Why it was disabled; empty when not.")
 
 
 class SkillImportSerializer(serializers.Serializer):

@@ -13,6 +13,7 @@ Long-term skills (not in the cortex) are not touched by any of this (boundary ru
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 from cognition.core import skill_actor
@@ -120,4 +121,29 @@ def plan_text(plan: dict[str, Any]) -> str:
         what = lesson.get("key") or lesson.get("detail") or lesson.get("slug")
         lines.append(f"Lesson ({lesson['type']}, {lesson['confidence']}): {what}")
     lines.append("Confirm to run it.")
+    return "\n".join(lines)
+
+
+def cortex_prompt(*, agent: Any, query: str) -> str:
+    """<skill_cortex> for a user's message the cortex recognises: its candidates, best first,
+    with their effective weight and whether the reflex path is open; "" on a miss."""
+    if not query.strip():
+        return ""
+    seen = perceive(agent=agent, task=query)
+    if not seen.hit:
+        return ""
+    lines = [f'<skill_cortex region="{escape(seen.region or "")}">']
+    for c in seen.candidates:
+        reflex = ' reflex="ready"' if c.reflex_ready else ""
+        lines.append(
+            f'  <candidate skill="{escape(c.skill)}" version="{c.version}" '
+            f'effective_weight="{c.effective_weight:.2f}" successes="{c.successes}" '
+            f'failures="{c.failures}"{reflex}/>'
+        )
+    lines.append("</skill_cortex>")
+    lines.append(
+        "The skill cortex learned these skills fit requests like this one: prefer the first. "
+        "Run it with core_act (skill=its name); you will get its execution plan to show the "
+        "user first, unless it is ready for the reflex path."
+    )
     return "\n".join(lines)

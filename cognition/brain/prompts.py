@@ -15,6 +15,7 @@ from skills.index.disclosure import candidate_line
 from skills.index.search import SkillSearchQueryInvalid, skill_search
 from skills.models import Policy, Skill
 
+from .cortex_gate import cortex_prompt
 from .models import Conversation, Message, MessageRole, TurnTrigger
 
 #: most skills listed in <available_skills> (the rest are reachable through core_skill list)
@@ -181,6 +182,9 @@ def system_prompt(
         _RULES.format(agent=agent.name, user=conversation.user.get_username()),
         available_skills(agent=agent, query=query),
     ]
+    cortex = cortex_prompt(agent=agent, query=query)
+    if cortex:
+        parts.append(cortex)
     if conversation.pending_run_id:
         parts.append(
             f'<pending_motor_question run_id="{escape(conversation.pending_run_id)}">'

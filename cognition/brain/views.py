@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib.admin.utils import quote
 from django.contrib.auth.views import LoginView
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -26,6 +27,7 @@ from cognition.principals import Principal
 from cognition.selectors import agents_visible_to
 from runs.errors import RunError
 from runs.models import Attempt, MotorRun, RunStatus, Step, StepState
+from skills.approval import policy_is_rejected
 from skills.errors import DomainError
 from skills.models import Policy
 
@@ -34,6 +36,8 @@ from .errors import ConversationNotFound
 
 #: most runs shown in the progress panel
 RUNS_SHOWN = 5
+#: what a review card reads for a rejected version (its policy is pending_review with a note)
+REJECTED = "rejected"
 #: most characters of a step's argument shown as the run's current step
 STEP_SUMMARY_CHARS = 80
 
@@ -81,18 +85,29 @@ def _conversation(request: HttpRequest, conversation_id: int) -> Conversation:
 # --- rendering -----------------------------------------------------------------------------------
 
 
-def _card_statuses(conversation: Conversation, messages: list[Message]) -> dict[str, str]:
-    names = {
-        (m.event or {}).get("skill")
-        for m in messages
-        if m.role == MessageRole.EVENT and (m.event or {}).get("type") == "skill_review"
-    }
+def _policy_statuses(conversation: Conversation, names: set[Any]) -> dict[str, str]:
+    """Skill name → what its card reads: the policy's status, or "rejected" for a version a
+    person rejected (seed 000 keeps it in pending_review, with the note)."""
+    names.discard(None)
     if not names:
         return {}
-    return dict(
-        Policy.objects.filter(agent=conversation.agent, skill__name__in=names).values_list(
-            "skill__name", "status"
-        )
+    policies = Policy.objects.filter(
+        agent=conversation.agent, skill__name__in=names
+    ).select_related("skill", "skill__current_version")
+    return {
+        policy.skill.name: REJECTED if policy_is_rejected(policy) else policy.status
+        for policy in policies
+    }
+
+
+def _card_statuses(conversation: Conversation, messages: list[Message]) -> dict[str, str]:
+    return _policy_statuses(
+        conversation,
+        {
+            (m.event or {}).get("skill")
+            for m in messages
+            if m.role == MessageRole.EVENT and (m.event or {}).get("type") == "skill_review"
+        },
     )
 
 
@@ -112,6 +127,10 @@ def _render_messages(
             if message.tool_result is not None
             else "",
             "facts": event.get("facts") or {},
+            # the run that wrote a reviewed skill (cards recorded before runs were named: none)
+            "run_url": _run_url_of(event["run_id"], request.user)
+            if event.get("type") == "skill_review" and event.get("run_id")
+            else "",
         }
         html = render_to_string("chat/_message.html", context, request=request)
         out.append({"id": message.pk, "role": message.role, "html": html})
@@ -119,20 +138,15 @@ def _render_messages(
 
 
 def _skill_statuses(conversation: Conversation) -> dict[str, str]:
-    """Each review card's skill → its policy status now (cards follow approvals made anywhere)."""
-    names = {
-        (event or {}).get("skill")
-        for event in conversation.messages.filter(
-            role=MessageRole.EVENT, event__type="skill_review"
-        ).values_list("event", flat=True)
-    }
-    names.discard(None)
-    if not names:
-        return {}
-    return dict(
-        Policy.objects.filter(agent=conversation.agent, skill__name__in=names).values_list(
-            "skill__name", "status"
-        )
+    """Each review card's skill → its status now (cards follow approvals made anywhere)."""
+    return _policy_statuses(
+        conversation,
+        {
+            (event or {}).get("skill")
+            for event in conversation.messages.filter(
+                role=MessageRole.EVENT, event__type="skill_review"
+            ).values_list("event", flat=True)
+        },
     )
 
 
@@ -173,20 +187,33 @@ def _current_step(run: MotorRun, attempt: Attempt | None) -> str:
 
 def _run_url(run: MotorRun, user: Any) -> str:
     """The run's page: the admin's run console for staff who may view runs, else the API."""
+    return _run_url_of(run.pk, user)
+
+
+def _run_url_of(run_id: str, user: Any) -> str:
     if user.is_staff and user.has_perm("runs.view_motorrun"):
-        return reverse("admin:runs_motorrun_change", args=[quote(run.pk)])
-    return f"/api/v1/runs/{run.pk}/"
+        return reverse("admin:runs_motorrun_change", args=[quote(run_id)])
+    return f"/api/v1/runs/{run_id}/"
 
 
 def _runs(conversation: Conversation, user: Any) -> list[dict[str, Any]]:
-    links = (
-        ConversationRun.objects.filter(conversation=conversation)
-        .select_related("run")
-        .order_by("-id")[:RUNS_SHOWN]
+    """The runs the conversation knows, newest first: those it started ("chat") and those started
+    elsewhere (the API, a schedule) whose signals reached it ("elsewhere"), so the panel agrees
+    with the run events the conversation shows."""
+    heard = Message.objects.filter(conversation=conversation, signal__run__isnull=False).values(
+        "signal__run"
+    )
+    own = ConversationRun.objects.filter(conversation=conversation).values("run")
+    runs = (
+        MotorRun.objects.filter(agent=conversation.agent)
+        .filter(Q(pk__in=own) | Q(pk__in=heard))
+        .select_related("conversation_link")
+        .order_by("-created_at", "-pk")[:RUNS_SHOWN]
     )
     rows = []
-    for link in links:
-        run = link.run
+    for run in runs:
+        link = getattr(run, "conversation_link", None)
+        started_here = link is not None and link.conversation_id == conversation.pk
         attempt = Attempt.objects.filter(run=run, index=run.current_attempt_index).first()
         rows.append(
             {
@@ -204,6 +231,7 @@ def _runs(conversation: Conversation, user: Any) -> list[dict[str, Any]]:
                 "cancel_url": reverse("chat-cancel-run", args=[conversation.pk, run.pk])
                 if run.is_active
                 else "",
+                "origin": "chat" if started_here else "elsewhere",
             }
         )
     return rows

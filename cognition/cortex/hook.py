@@ -64,3 +64,37 @@ def connect() -> None:
         learn_from_signal(signal_id)
 
     register_brain_hook(CORTEX_HOOK_NAME, hook)
+
+
+def outcome_facts(signal_id: int) -> dict[str, object] | None:
+    """What the cortex learned from a motor_result signal, for the brain's event: learns it
+    first when the hook has not yet (idempotent), then reads the ledger. None when the run was
+    not of a cortex skill."""
+    from .cleanup import retention_suggested
+    from .failures import RECOVERY
+    from .models import CortexCandidate, CortexOutcome
+
+    learn_from_signal(signal_id)
+    outcome = CortexOutcome.objects.filter(key=outcome_key(signal_id)).first()
+    if outcome is None:
+        return None
+    candidate = (
+        CortexCandidate.objects.filter(
+            region__cortex=outcome.cortex_id, skill__name=outcome.skill_name
+        )
+        .order_by("-weight")
+        .first()
+    )
+    recovery = RECOVERY.get(outcome.failure_class) if outcome.failure_class else None
+    return {
+        "skill": outcome.skill_name,
+        "region": outcome.region_name,
+        "success": outcome.success,
+        "failure_class": outcome.failure_class or None,
+        "weight_before": round(outcome.weight_before, 4),
+        "weight_after": round(outcome.weight_after, 4),
+        "recovery": recovery.as_dict() if recovery else None,
+        "retention_suggested": bool(
+            outcome.success and candidate is not None and retention_suggested(candidate)
+        ),
+    }

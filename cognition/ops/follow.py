@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx
 
@@ -27,6 +28,9 @@ TERMINAL = frozenset(EXIT_CODES)
 POLL_S = 1.0
 #: characters of an argument or a result shown on a step line
 SUMMARY_CHARS = 80
+#: agents per page, and pages at most, read to find the followed agent's energy
+AGENT_PAGE_SIZE = 200
+MAX_AGENT_PAGES = 50
 
 
 class FollowError(Exception):
@@ -46,7 +50,8 @@ def summarize(value: Any, limit: int = SUMMARY_CHARS) -> str:
 
 
 def step_line(step: dict[str, Any]) -> str:
-    """`[a1 i2 #1] write(path="a.txt", …) 12 ms → ok`"""
+    """`[attempt 1 · iteration 2] write(path="a.txt", …) 12 ms → ok: "Wrote 2 bytes"`: the
+    call, its duration, its outcome and the start of its output (the run detail's excerpt)."""
     if step.get("state") != "done":
         outcome = "…running"
     elif step.get("ok"):
@@ -55,9 +60,11 @@ def step_line(step: dict[str, Any]) -> str:
         outcome = f"error {step.get('error_code') or ''}".strip()
     duration = step.get("duration_ms")
     took = f" {duration} ms" if isinstance(duration, int) else ""
+    output = step.get("output_excerpt") or ""
+    shown = f": {summarize(output)}" if output and step.get("state") == "done" else ""
     return (
         f"[attempt {step.get('attempt_number')} · iteration {step.get('iteration')}] "
-        f"{step.get('tool')}({summarize(step.get('arguments') or {})}){took} → {outcome}"
+        f"{step.get('tool')}({summarize(step.get('arguments') or {})}){took} → {outcome}{shown}"
     )
 
 
@@ -69,6 +76,7 @@ class Follower:
     stdin: TextIO | None
     agent: str | None = None
     interactive: bool = True
+    agent_page_size: int = AGENT_PAGE_SIZE
     _printed: set[tuple[Any, ...]] = field(default_factory=set)
     _wake: threading.Event = field(default_factory=threading.Event)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -103,15 +111,27 @@ class Follower:
         return data
 
     def energy(self) -> float | None:
+        """The followed agent's energy, or None when it cannot be read. A person's token reads
+        the list of agents they may act for, every page of it, until the agent is found."""
         try:
-            if self.agent:
-                page = self._get("/api/v1/agents/")
+            if not self.agent:
+                return float(self._get("/api/v1/agents/me/")["energy"])
+            params = {"page_size": str(self.agent_page_size)}
+            for _ in range(MAX_AGENT_PAGES):
+                response = self.client.get("/api/v1/agents/", params=params)
+                if response.status_code != 200:
+                    return None
+                page = response.json()
                 for agent in page.get("results", []):
-                    if agent.get("name") == self.agent:
+                    if self.agent in (agent.get("name"), str(agent.get("id"))):
                         return float(agent["energy"])
-                return None
-            return float(self._get("/api/v1/agents/me/")["energy"])
-        except (FollowError, KeyError, TypeError, ValueError):
+                if not page.get("next"):
+                    return None
+                # the link's own query (cursor, page size), against the URL this command was
+                # given: a proxy in front may name the host differently in the link
+                params = dict(parse_qsl(urlsplit(page["next"]).query))
+            return None
+        except (httpx.HTTPError, KeyError, TypeError, ValueError):
             return None
 
     # --- the event stream -------------------------------------------------------------------------

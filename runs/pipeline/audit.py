@@ -32,7 +32,10 @@ def audit_row(
         if step.pk is not None and decision.verdict is not Verdict.RUNS
         else None
     )
-    approved_by = f"owner (approval {approval.pk})" if approval is not None else ""
+    # who decided, as the approval recorded it (older approvals name no one: the owner did)
+    approved_by = (
+        f"{approval.decided_by or 'owner'} (approval {approval.pk})" if approval is not None else ""
+    )
     return tool_audit_row(
         call_facts(
             standing,

@@ -119,16 +119,32 @@ class _DefangTreeprocessor(markdown.treeprocessors.Treeprocessor):
                     element.set("title", title)
 
 
+#: heading levels a rendered document is pushed down by: it sits under the page's h1, the
+#: section's h2 and the file's own title, so its "# Title" becomes an h4 (h6 at most)
+HEADING_SHIFT = 3
+
+
+class _DemoteHeadingsTreeprocessor(markdown.treeprocessors.Treeprocessor):
+    """Moves the document's headings below the page's own (a page has one h1, its title)."""
+
+    def run(self, root: ET.Element) -> None:
+        for element in root.iter():
+            if re.fullmatch(r"h[1-6]", element.tag):
+                element.tag = f"h{min(6, int(element.tag[1]) + HEADING_SHIFT)}"
+
+
 class _SafeMarkdownExtension(markdown.extensions.Extension):
     def extendMarkdown(self, md: markdown.Markdown) -> None:  # noqa: N802 - markdown's API name
         # Without these two processors raw HTML blocks and inline tags are escaped as text.
         md.preprocessors.deregister("html_block")
         md.inlinePatterns.deregister("html")
         md.treeprocessors.register(_DefangTreeprocessor(md), "mc_defang", 0)
+        md.treeprocessors.register(_DemoteHeadingsTreeprocessor(md), "mc_demote_headings", 0)
 
 
 def render_markdown(text: str) -> SafeString:
-    """Markdown → HTML with raw HTML escaped, unsafe links removed and images defanged."""
+    """Markdown → HTML with raw HTML escaped, unsafe links removed, images defanged and
+    headings demoted by HEADING_SHIFT levels (the page keeps its one h1)."""
     html = markdown.markdown(
         reveal_hidden(text),
         extensions=["fenced_code", "tables", "sane_lists", _SafeMarkdownExtension()],

@@ -50,7 +50,7 @@ def test_concurrent_requests_with_one_key_create_one_run_and_all_answer_it(
     # then one run exists, charged once, remembered once
     assert errors == []
     (run,) = MotorRun.objects.all()
-    assert Agent.objects.get(pk=world.alpha.pk).energy == pytest.approx(0.85)
+    assert Agent.objects.get(pk=world.alpha.pk).energy == pytest.approx(0.90)
     assert IdempotencyRecord.objects.count() == 1
     # and every client got the first response; all but one as a replay
     assert [(r.status_code, r.json()["run_id"]) for r in responses] == [(201, run.pk)] * racers

@@ -46,7 +46,7 @@ def test_an_agent_creates_a_run_and_reads_it_back(world, workspaces):
         [],
         "api",
     )
-    assert _energy(world.alpha) == pytest.approx(0.85)
+    assert _energy(world.alpha) == pytest.approx(0.90)
     detail = client.get(f"/api/v1/runs/{run_id}/").json()
     assert (detail["id"], detail["status"], detail["task"]) == (run_id, "created", BODY["task"])
     assert (detail["pending_question"], detail["pending_approval"], detail["steps"]) == (
@@ -67,18 +67,26 @@ def test_a_human_starts_a_run_for_their_agent(world, workspaces, session_client)
     assert MotorRun.objects.count() == 1
 
 
-def test_a_busy_agent_gets_409_with_the_runtime_message_and_keeps_its_energy(world, workspaces):
+def test_a_busy_agent_gets_409_saying_which_run_holds_it_and_what_to_do(world, workspaces):
     first = _start(world)
     response = bearer(world.alpha_token).post("/api/v1/runs/", BODY, format="json")
     assert response.status_code == 409
+    assert response["Retry-After"] == "10"
     assert response.json()["error"] == {
         "code": "motor_busy",
-        "message": f"Motor Cortex is busy (run_id: {first}). "
-        "Wait for it to complete or cancel it via core.task.",
-        "details": {"run_id": first},
+        "message": f"Agent alpha already has an active run, {first} (created); an agent runs "
+        "one task at a time. Wait for it to finish (GET /api/v1/runs/"
+        f"{first}/ shows its status) or cancel it (POST /api/v1/runs/{first}/cancel/), "
+        "then send this request again.",
+        "details": {
+            "run_id": first,
+            "run_status": "created",
+            "run_url": f"/api/v1/runs/{first}/",
+            "retry_after_s": 10,
+        },
     }
     assert MotorRun.objects.count() == 1
-    assert _energy(world.alpha) == pytest.approx(0.85)
+    assert _energy(world.alpha) == pytest.approx(0.90)
 
 
 def test_an_idempotent_replay_returns_the_first_response_and_creates_nothing(world, workspaces):
@@ -92,7 +100,7 @@ def test_an_idempotent_replay_returns_the_first_response_and_creates_nothing(wor
     assert (again.status_code, again.json()) == (201, first.json())
     assert again.headers["Idempotent-Replayed"] == "true"
     assert MotorRun.objects.count() == 1
-    assert _energy(world.alpha) == pytest.approx(0.85)
+    assert _energy(world.alpha) == pytest.approx(0.90)
     # when the key is reused for another request
     other = client.post(
         "/api/v1/runs/",

@@ -349,3 +349,74 @@ def test_the_schedule_list_shows_each_last_occurrence_at_a_cost_that_does_not_gr
     }
     assert {row["id"]: row["last_occurrence"]["id"] for row in more} == latest
     assert {row["last_occurrence"]["reason"] for row in more} == {"credentials_missing"}
+
+
+def _with_input_schema(policy) -> None:
+    from skills.policy_edits import policy_update
+    from skills.services import Actor
+
+    policy_update(
+        policy=policy,
+        actor=Actor.system("test"),
+        inputs={
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city", "days"],
+        },
+    )
+
+
+def test_inputs_that_fail_the_skills_schema_are_a_400_naming_each_field_at_create(
+    world, skill, session_client: Callable
+):
+    # given a skill whose input schema needs a city (text) and days (an integer)
+    _with_input_schema(skill)
+    energy = Agent.objects.get(pk=world.alpha.pk).energy
+    # when a schedule is created with days of the wrong type and no city
+    response = session_client(world.olivia).post(
+        "/api/v1/schedules/", {**BODY, "inputs": {"days": "three"}}, format="json"
+    )
+    # then a 400 names both fields and their rules; nothing was written or drained
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["code"], error["details"]["field"], error["details"]["rule"]) == (
+        "schedule_invalid",
+        "inputs",
+        "input_schema",
+    )
+    assert [(e["field"], e["rule"]) for e in error["details"]["errors"]] == [
+        ("$.city", "required"),
+        ("$.days", "type"),
+    ]
+    assert error["message"] == (
+        "inputs: do not match the input schema of skill 'weather-report': $.city (required), "
+        "$.days (type)"
+    )
+    assert _rows() == (0, 0, 0, 0)
+    assert Agent.objects.get(pk=world.alpha.pk).energy == energy
+    # and valid inputs are accepted
+    ok = session_client(world.olivia).post(
+        "/api/v1/schedules/", {**BODY, "inputs": {"city": "Berlin", "days": 3}}, format="json"
+    )
+    assert ok.status_code == 201, ok.json()
+
+
+def test_inputs_that_fail_the_skills_schema_are_refused_at_update_too(
+    world, skill, session_client: Callable
+):
+    # given a schedule stored with valid inputs
+    _with_input_schema(skill)
+    client = session_client(world.olivia)
+    created = client.post(
+        "/api/v1/schedules/", {**BODY, "inputs": {"city": "Berlin", "days": 3}}, format="json"
+    )
+    base = f"/api/v1/schedules/{created.json()['id']}/"
+    before, beat = _schedule_state(), _beat_state()
+    # when an update gives days as text
+    response = client.patch(base, {"inputs": {"city": "Berlin", "days": "3"}}, format="json")
+    # then it is refused naming the field, and the schedule and its beat row are unchanged
+    assert response.status_code == 400
+    assert [(e["field"], e["rule"]) for e in response.json()["error"]["details"]["errors"]] == [
+        ("$.days", "type")
+    ]
+    assert (_schedule_state(), _beat_state()) == (before, beat)

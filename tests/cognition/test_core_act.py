@@ -67,7 +67,7 @@ def test_an_approved_skill_runs_with_its_policy_tools_domains_and_credentials(
     assert "SKILL.md" in files and "scripts/forecast.py" in files
     assert str(workspaces) == str(Path(run.workspace).parent)
     # and exactly the agentic cost was drained
-    assert _energy(world.alpha) == pytest.approx(0.85)
+    assert _energy(world.alpha) == pytest.approx(0.90)
     # and the runtime's resolver hands the value over under both spellings
     assert run_credentials_resolve(
         agent_id=world.alpha.pk, run_id=run.pk, names=["weather_token"]
@@ -120,7 +120,7 @@ def test_an_unapproved_skill_needs_explicit_tools_and_domains(world, workspaces,
     # then the run has exactly those and no credential of the policy
     run = MotorRun.objects.get(pk=run_id)
     assert (run.tools, run.allowed_domains, run.credential_names) == (["read", "write"], [], [])
-    assert _energy(world.alpha) == pytest.approx(0.85)
+    assert _energy(world.alpha) == pytest.approx(0.90)
 
 
 def test_missing_credentials_do_not_refuse_the_call_the_run_asks_for_them(
@@ -137,7 +137,7 @@ def test_missing_credentials_do_not_refuse_the_call_the_run_asks_for_them(
     run = MotorRun.objects.get(pk=run_id)
     assert (run.status, run.missing_credentials) == ("awaiting_input", ["weather_token"])
     assert scripted_llm.requests == []
-    assert _energy(world.alpha) == pytest.approx(0.85)
+    assert _energy(world.alpha) == pytest.approx(0.90)
 
 
 def test_skill_review_starts_only_on_a_motor_result_trigger(world, workspaces, tmp_path):

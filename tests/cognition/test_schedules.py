@@ -309,7 +309,7 @@ def test_a_fire_starts_the_skill_with_its_policy_and_trigger_schedule(world, tmp
         'skill\'s input schema):\n```json\n{\n  "city": "Berlin"\n}\n```'
     )
     assert _skips() == []
-    assert _energy(world.alpha) == 0.85
+    assert _energy(world.alpha) == pytest.approx(0.90)
 
 
 def _assert_skipped(schedule: Schedule, reason: str, detail_part: str) -> ScheduleOccurrence:

@@ -167,3 +167,32 @@ def test_the_admin_actions_disable_and_enable(world, approved, client):
     assert "Enabled: weather-report for alpha." in response.content.decode()
     approved.refresh_from_db()
     assert approved.disabled_at is None
+
+
+def test_the_skill_detail_api_shows_whether_and_why_it_is_disabled(world, approved):
+    client = bearer(world.alpha_token)
+    # given an enabled skill, its detail says so
+    body = client.get("/api/v1/skills/weather-report/").json()
+    assert (body["disabled"], body["disabled_at"], body["disabled_reason"]) == (False, None, "")
+    # when staff disable it
+    policy = policy_disable(policy=approved, actor=_staff(world), reason="leaks the report")
+    # then the detail shows it disabled, when and why, with its status and approval unchanged
+    body = client.get("/api/v1/skills/weather-report/").json()
+    assert body["disabled"] is True
+    assert body["disabled_at"] == policy.disabled_at.isoformat()
+    assert body["disabled_reason"] == "leaks the report"
+    assert body["status"] == "approved"
+    assert body["approved_by"] == "olivia"
+
+
+def test_the_review_page_shows_a_disabled_skill_as_disabled(world, approved, client):
+    policy_disable(policy=approved, actor=_staff(world), reason="leaks the report")
+    client.force_login(world.olivia)
+    html = client.get(reverse("admin:skills_policy_review", args=[approved.pk])).content.decode()
+    assert '<div class="mc-alert mc-alert--danger" id="policy-disabled">' in html
+    assert "Disabled for alpha by olivia" in html
+    assert "leaks the report" in html
+    # and an enabled skill's page has no such notice
+    policy_enable(policy=approved, actor=_staff(world))
+    html = client.get(reverse("admin:skills_policy_review", args=[approved.pk])).content.decode()
+    assert 'id="policy-disabled"' not in html

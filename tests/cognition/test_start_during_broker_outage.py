@@ -81,7 +81,7 @@ def test_an_api_start_during_a_broker_outage_answers_201_and_runs_once_the_broke
     run = MotorRun.objects.get(pk=run_id)
     assert run.status == RunStatus.CREATED
     assert Path(run.workspace).is_dir()
-    assert Agent.objects.get(pk=world.alpha.pk).energy == pytest.approx(0.85)
+    assert Agent.objects.get(pk=world.alpha.pk).energy == pytest.approx(0.90)
     assert list(PendingWakeup.objects.values_list("run_id", "token")) == [(run_id, 0)]
     # when the broker comes back with a worker and beat (the outbox swept every 2 s)
     broker.start()
@@ -94,4 +94,4 @@ def test_an_api_start_during_a_broker_outage_answers_201_and_runs_once_the_broke
     assert len(llm_stub_server.requests) == 1
     assert PendingWakeup.objects.count() == 0
     assert MotorRun.objects.filter(agent=world.alpha).count() == 1
-    assert Agent.objects.get(pk=world.alpha.pk).energy == pytest.approx(0.85, abs=0.01)
+    assert Agent.objects.get(pk=world.alpha.pk).energy == pytest.approx(0.90, abs=0.01)

@@ -97,7 +97,7 @@ def test_follow_prints_each_step_answers_the_question_and_exits_0_on_completion(
     assert follow.wait_for_line("Following ") == f'Following {run_id}: "Ask for a city"'
     first = follow.wait_for_line("[attempt 1 · iteration 1]")
     assert first.startswith('[attempt 1 · iteration 1] write(path="plan.txt", content="draft") ')
-    assert first.endswith(" ms → ok")
+    assert first.endswith(' ms → ok: "wrote 5 bytes to plan.txt"')
     assert follow.wait_for_line("? ") == "? Which city?"
     assert follow.process.stdin is not None
     follow.process.stdin.write("Berlin\n")

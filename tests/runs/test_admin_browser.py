@@ -90,6 +90,13 @@ def test_answering_the_pending_question_resumes_the_run(
     step = Step.objects.get(attempt=attempt, tool_call_id="q1")
     assert step.result["output"] == "One workbook, one sheet per quarter."
 
+    # when the run then completes while the page stays open
+    scripted_llm.add(reply_text("Wrote one workbook."))
+    drive(run_id, scripted_llm.client())
+    # then the page shows the completion and no longer the notice of the earlier transition
+    expect(page.locator("#run-status .mc-badge--completed")).to_have_text("Completed")
+    expect(page.locator(".messagelist")).to_have_count(0)
+
 
 def test_the_console_follows_the_run_without_a_reload(
     page: Page, admin_login, artifacts_dir: Path, agent, scripted_llm

@@ -9,7 +9,7 @@ import pytest
 from cognition.models import Agent
 from runs.audit_models import ToolCallAudit
 from runs.models import ApprovalRequest, MotorRun, RunStatus, Step
-from runs.services import SliceOutcome, run_start
+from runs.services import SliceOutcome, run_approve, run_reject, run_start
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.runs.helpers import drive, new_workspace
 
@@ -98,3 +98,40 @@ def test_a_new_agent_runs_its_granted_tools_and_each_call_is_audited(agent, scri
     assert {r["trust_level"] for r in rows} == {"supervised_auto"}
     assert {r["approval_required"] for r in rows} == {False}
     assert {r["agent_name"] for r in rows} == {agent.name}
+
+
+def test_the_approval_records_who_decided_and_the_audit_row_names_them(agent, scripted_llm):
+    # given a suggesting agent whose call waits for approval
+    Agent.objects.filter(pk=agent.pk).update(trust_level="suggest")
+    run_id = _start(agent, ["list"])
+    scripted_llm.add(reply_tools(tool_call("list", {}, call_id="l")), reply_text("done"))
+    drive(run_id, scripted_llm.client())
+    approval = ApprovalRequest.objects.get(run_id=run_id)
+
+    # when a staff user approves it and the run goes on
+    run_approve(run_id=run_id, approval_id=approval.pk, actor="admin:olivia")
+    drive(run_id, scripted_llm.client())
+
+    # then the approval says who decided, and the call's audit row was approved by them
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("consumed", "admin:olivia")
+    row = ToolCallAudit.objects.get(run_ref=run_id)
+    assert (row.tool, row.success, row.approval_required, row.approved_by) == (
+        "list",
+        True,
+        True,
+        f"admin:olivia (approval {approval.pk})",
+    )
+
+
+def test_a_rejection_records_who_decided(agent, scripted_llm):
+    Agent.objects.filter(pk=agent.pk).update(trust_level="suggest")
+    run_id = _start(agent, ["list"])
+    scripted_llm.add(reply_tools(tool_call("list", {}, call_id="l")), reply_text("done"))
+    drive(run_id, scripted_llm.client())
+    approval = ApprovalRequest.objects.get(run_id=run_id)
+
+    run_reject(run_id=run_id, approval_id=approval.pk, actor="agent:alpha", note="not now")
+
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by) == ("rejected", "agent:alpha")

@@ -3,6 +3,7 @@ decisions and their audit rows. The browser flow is in test_admin_browser.py."""
 
 from __future__ import annotations
 
+import re
 from html import escape
 from pathlib import Path
 
@@ -527,7 +528,7 @@ def test_skill_markdown_is_rendered_with_its_raw_html_escaped(
     html = logged_in(approver).get(review_url(policy)).content.decode()
 
     # then the markdown is rendered, and the file's <script> is text, not markup
-    assert "<h1>Weather report</h1>" in html
+    assert "<h4>Weather report</h4>" in html  # under the page title, section and file
     assert "&lt;script&gt;alert(&#x27;raw html in a skill&#x27;)&lt;/script&gt;" in html
     assert "<script>alert('raw html in a skill')" not in html
 
@@ -799,3 +800,41 @@ def test_a_skill_without_any_origin_says_its_source_is_unknown(
     html = logged_in(approver).get(review_url(policy)).content.decode()
     assert "unknown source" in html
     assert "Extracted from run" not in html
+
+
+def test_a_shell_allowlist_naming_a_program_the_sandbox_lacks_is_refused_by_the_console(
+    approver: User, policy: Policy
+) -> None:
+    # given a reviewed policy, as its page shows it
+    client = logged_in(approver)
+    client.get(review_url(policy))
+    before = Policy.objects.filter(pk=policy.pk).values().get()
+
+    # when the approver saves an allowlist naming a program the sandbox does not have
+    response = client.post(
+        review_url(policy),
+        {
+            "action": "save",
+            "allowed_domains": "api.open-meteo.com",
+            "required_credentials": "",
+            "tools": ["bash"],
+            "dependencies": "",
+            "shell_allowlist": "jq\nno-such-program-here",
+        },
+    )
+
+    # then the page says which program and why, and the policy is as it was
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert escape("'no-such-program-here' does not exist in the sandbox") in page
+    assert Policy.objects.filter(pk=policy.pk).values().get() == before
+
+
+def test_the_review_page_has_one_h1_naming_the_skill_and_agent(
+    approver: User, policy: Policy
+) -> None:
+    # the skill's SKILL.md starts with "# Weather report": rendered, it must not be a second h1
+    html = logged_in(approver).get(review_url(policy)).content.decode()
+    headings = re.findall(r"<h1[ >].*?</h1>", html, flags=re.S)
+    assert len(headings) == 1, headings
+    assert headings[0].startswith('<h1 id="review-title">Review: weather-report')

@@ -39,7 +39,9 @@
       li.dataset.runId = run.id;
       li.dataset.status = run.status;
       var title = document.createElement("div");
-      title.textContent = run.id + " · " + run.status + (run.review ? " · review" : "");
+      // A run started over the API or by a schedule is listed once its news reached this chat.
+      title.textContent = run.id + " · " + run.status + (run.review ? " · review" : "") +
+        (run.origin === "elsewhere" ? " · started elsewhere" : "");
       var task = document.createElement("div");
       task.className = "muted";
       task.textContent = run.task;

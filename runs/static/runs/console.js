@@ -1,5 +1,6 @@
 /* Run console: while the run is active, poll the live endpoint every few seconds and swap in
-   the status panel and the trace when they changed. Stops at a terminal status. */
+   the status panel and the trace when they changed, dropping the notices of an earlier
+   transition once the status moved on. Stops at a terminal status. */
 (function () {
   "use strict";
 
@@ -20,7 +21,19 @@
         (active.tagName === "TEXTAREA" || active.tagName === "INPUT") && active.value);
     }
 
+    function dropStaleNotices(status) {
+      // The page's notices ("Answer sent. Run …: awaiting_input → running.") report the
+      // transition that led here; once the run has moved on they no longer describe it.
+      if (status && status !== root.dataset.status) {
+        root.dataset.status = status;
+        document.querySelectorAll("ul.messagelist").forEach(function (list) {
+          list.remove();
+        });
+      }
+    }
+
     function apply(data) {
+      dropStaleNotices(data.status);
       if (data.html && !typing()) {
         document.getElementById("mc-run-state").innerHTML = data.html.state;
         document.getElementById("mc-trace").innerHTML = data.html.trace;

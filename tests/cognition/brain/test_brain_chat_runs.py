@@ -84,3 +84,42 @@ def test_a_stranger_cannot_cancel_a_run_of_someone_else_s_conversation(world: Wo
 
     assert response.status_code == 404
     assert MotorRun.objects.get(pk=run.pk).status == RunStatus.CREATED
+
+
+def test_a_run_started_elsewhere_whose_news_reached_the_chat_is_listed_as_such(
+    world: World, scripted_llm, settings, tmp_path
+):
+    from cognition.brain.services import brain_wake_handle
+    from runs.models import Signal
+    from tests.fixtures.llm import ScriptedLLM, reply_text
+    from tests.runs.helpers import drive
+
+    settings.MOTOR_WORKSPACES_DIR = tmp_path / "workspaces"
+    settings.MOTOR_WORKSPACES_DIR.mkdir()
+    # given olivia's conversation with one run of its own
+    conversation = Conversation.objects.create(agent=world.alpha, user=world.olivia)
+    own = _started(world, conversation, tmp_path)
+    MotorRun.objects.filter(pk=own.pk).update(status=RunStatus.COMPLETED)
+    # and a run started over the API, which failed and whose signal woke this conversation
+    api_run = run_start(
+        agent_id=world.alpha.pk, task="from curl", tools=[], workspace=new_workspace(), actor="api"
+    )["run_id"]
+    drive(api_run, ScriptedLLM().client())  # no scripted answer: the run fails at once
+    scripted_llm.add(reply_text("A run you started elsewhere failed."))
+    signal = Signal.objects.filter(run_id=api_run).latest("id")
+    assert brain_wake_handle(signal_id=signal.pk, client=scripted_llm.client()) == "handled"
+    # and a later run of the agent this conversation never heard of
+    unheard = run_start(
+        agent_id=world.alpha.pk, task="quiet", tools=[], workspace=new_workspace(), actor="api"
+    )["run_id"]
+
+    state = _client(world.olivia).get(reverse("chat-state", args=[conversation.pk])).json()
+
+    # then the panel lists the run whose news is in the conversation, marked as started
+    # elsewhere, with the chat's own run; not the one the conversation never heard of
+    assert [(row["id"], row["origin"]) for row in state["runs"]] == [
+        (api_run, "elsewhere"),
+        (own.pk, "chat"),
+    ]
+    assert unheard not in {row["id"] for row in state["runs"]}
+    assert MotorRun.objects.get(pk=api_run).status == RunStatus.FAILED

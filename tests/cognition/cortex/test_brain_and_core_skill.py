@@ -192,3 +192,71 @@ def test_take_up_and_retain_need_the_users_consent(world, policy):
     assert kept == {"skill": "sales-report", "action": "retained"}
     assert not CortexCandidate.objects.exists()
     assert json.dumps(kept)  # JSON-safe
+
+
+def test_a_failed_run_of_a_cortex_skill_wakes_the_brain_with_its_recovery_rule(world, chat, policy):
+    from cognition.brain.services import brain_wake_handle
+
+    from .support import failed_run
+
+    _, signal = failed_run(world.alpha, policy, message="upstream answered 503, try later")
+    brain = ScriptedLLM()
+    brain.add(reply_text("The service was down; I will try once more."))
+
+    assert brain_wake_handle(signal_id=signal.pk, client=brain.client()) == "handled"
+
+    event = Message.objects.filter(conversation=chat, role=MessageRole.EVENT).latest("id")
+    assert event.text.endswith(
+        "[skill cortex: api_error of 'sales-report'. Wait 3 seconds and run it once more; "
+        "report if that fails too.]"
+    )
+    assert event.event["cortex"]["recovery"]["wait_s"] == 3.0
+    assert event.event["cortex"]["weight_after"] == pytest.approx(0.45)
+    # the hook delivered afterwards finds the outcome learned: nothing twice
+    from cognition.cortex.hook import learn_from_signal
+
+    assert learn_from_signal(signal.pk) is None
+    assert CortexCandidate.objects.get().weight == pytest.approx(0.45)
+
+
+def test_a_proven_skill_wakes_the_brain_with_the_retention_question(world, chat, policy):
+    from cognition.brain.services import brain_wake_handle
+
+    from .support import succeeded_run
+
+    CortexCandidate.objects.update(weight=0.85, successes=2)
+    _, signal = succeeded_run(world.alpha, policy)
+    brain = ScriptedLLM()
+    brain.add(reply_text("Done. Keep the skill?"))
+
+    brain_wake_handle(signal_id=signal.pk, client=brain.client())
+
+    event = Message.objects.filter(conversation=chat, role=MessageRole.EVENT).latest("id")
+    assert event.event["cortex"]["retention_suggested"] is True
+    assert "ask the user whether to keep it as a long-term skill" in event.text
+    policy.refresh_from_db()
+    assert policy.disabled_at is None  # kept until the user answers
+
+
+def test_the_brain_sees_what_the_cortex_recognises_in_the_users_message(world, chat, policy):
+    brain = ScriptedLLM()
+    brain.add(reply_text("I know a skill for that."))
+    conversation_post_message(
+        conversation_id=chat.pk,
+        text="find the sales report",
+        actor=world.olivia,
+        client=brain.client(),
+    )
+    system = brain.requests[0]["messages"][0]["content"]
+    assert (
+        '<skill_cortex region="sales-report">\n'
+        '  <candidate skill="sales-report" version="1" effective_weight="0.50" successes="0" '
+        'failures="0"/>\n</skill_cortex>'
+    ) in system
+    # a message the cortex does not recognise adds nothing
+    other = ScriptedLLM()
+    other.add(reply_text("Hello."))
+    conversation_post_message(
+        conversation_id=chat.pk, text="hello there", actor=world.olivia, client=other.client()
+    )
+    assert "<skill_cortex" not in other.requests[0]["messages"][0]["content"]

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0012_tool_call_audit'),
+        ('runs', '0013_run_accounting_approval_decided_by'),
     ]
 
     operations = [
