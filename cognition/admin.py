@@ -21,6 +21,7 @@ from cognition import (
 from cognition.admin_delivery import AgentWebhookAdminMixin, may_manage_webhook
 from cognition.admin_trust import TRUST_ACTIONS, AgentTrustAdminMixin
 from cognition.brain import admin as brain_admin  # noqa: F401 - registers the conversation pages
+from cognition.cortex import admin as cortex_admin  # noqa: F401 - registers the cortex pages
 from cognition.energy import band_for, energy_level, energy_restore, may_restore_energy
 from cognition.models import Agent
 from cognition.services import (
@@ -30,6 +31,7 @@ from cognition.services import (
     agent_revoke_token,
     agent_set_relayed_consent,
 )
+from cognition.sources import admin as sources_admin  # noqa: F401 - registers the skill sources
 
 TOKEN_PAGE = "admin/cognition/agent/token_issued.html"  # noqa: S105 - a template path
 

@@ -13,6 +13,16 @@ class CognitionConfig(AppConfig):
 
         wiring.connect()
 
+        # The motor's skill_describe tool (runs bound to no skill read their candidates' SKILL.md).
+        from cognition import motor_skills
+
+        motor_skills.register()
+
+        # The skill cortex learns of every run's end through its own hook.
+        from cognition.cortex import hook
+
+        hook.connect()
+
         from runs.outbox import signal_committed
 
         from .delivery import on_signal_committed

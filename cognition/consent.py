@@ -1,6 +1,6 @@
 """The consent gate (seed 000 "Consent Gating").
 
-Mutations a human must agree to — approve, reject, delete and update on skills; respond,
+Mutations a human must agree to — approve, reject, delete, update and acquire on skills; respond,
 approve and reject on tasks; create, update and enable on schedules (they start unattended runs
 with a skill's policy later) — pass for a human principal. An agent passes only when the call
 declares it was
@@ -23,6 +23,11 @@ GATED_ACTIONS = frozenset(
         "skill.reject",
         "skill.delete",
         "skill.update",
+        # installing and approving a skill from a skill source (cognition.sources)
+        "skill.acquire",
+        # the skill cortex: taking a released skill up again, keeping one long-term
+        "skill.take_up",
+        "skill.retain",
         "task.respond",
         "task.approve",
         "task.reject",

@@ -52,6 +52,7 @@ from . import energy
 from .core import _SKILL_NAME, _lowercase_map, _require_storable, actor_label, skill_actor
 from .errors import CognitionError, ConsentRequired
 from .models import Agent
+from .motor_skills import SKILL_DESCRIBE, run_skill_candidates
 from .principals import Principal
 
 logger = logging.getLogger(__name__)
@@ -271,6 +272,12 @@ def _core_agentic(
     if loaded is not None and not skill_review:
         # Before anything is created or drained: a 400 naming every failing field.
         check_inputs(loaded.policy.inputs, inputs or {}, skill=loaded.skill.name)
+    candidates = ""
+    if loaded is None and not skill_review:
+        # Bound to no skill: the approved skills that fit the task, and the tool to read one.
+        candidates = run_skill_candidates(agent=agent, task=task)
+        if candidates and SKILL_DESCRIBE not in granted:
+            granted = [*granted, SKILL_DESCRIBE]
     if inputs:
         # The runtime takes no inputs of its own; they travel with the task as a structured
         # block (not as a file: a new workspace file would be extracted into the skill).
@@ -301,6 +308,7 @@ def _core_agentic(
                 skill_id=loaded.skill.pk if loaded else None,
                 skill_version_id=loaded.version.pk if loaded else None,
                 skill_instructions=instructions,
+                skill_candidates=candidates,
                 max_iterations=iterations,
                 timeout_s=int(seconds),
                 approval_required=bool(approval_required),

@@ -1,7 +1,8 @@
-"""core.skill: list, review, approve, reject, update, delete and import an agent's skills.
+"""core.skill: list, search, describe, review, approve, reject, update, delete and import an
+agent's skills, and acquire new ones from the configured skill sources (find, acquire).
 
-list, review and import need no consent; approve, reject, update and delete pass the consent
-gate first.
+list, search, describe, review, import and find need no consent; approve, reject, update,
+delete and acquire pass the consent gate first.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from skills.approval import approval_proposal, skill_approve
 from skills.errors import PolicyTransitionNotAllowed, SkillNotFound
 from skills.imports import skill_import_pasted
 from skills.index.disclosure import skill_describe
-from skills.index.search import skill_search
+from skills.index.search import query_normalise, skill_search
 from skills.install import skill_delete
 from skills.models import Policy, PolicyStatus
 from skills.policy_edits import policy_create, policy_update
@@ -27,6 +28,8 @@ from .errors import SkillShared
 from .models import Agent
 from .principals import Principal
 from .selectors import agents_visible_to
+from .sources.acquisition import acquisition_install
+from .sources.candidates import candidates_find
 
 SKILL_ACTIONS = (
     "list",
@@ -38,6 +41,12 @@ SKILL_ACTIONS = (
     "update",
     "delete",
     "import",
+    "find",
+    "acquire",
+    "perceive",
+    "plan",
+    "take_up",
+    "retain",
 )
 
 
@@ -165,9 +174,15 @@ def core_skill(
     skill_md: str | None = None,
     fields: dict[str, Any] | None = None,
     query: str | None = None,
+    acquisition: Any = None,
+    keep: Any = None,
 ) -> dict[str, Any]:
     """core.skill: list, search (ranked by the skill index), describe (the whole SKILL.md),
-    review, approve, reject, update, delete, import (mutations gated)."""
+    review, approve, reject, update, delete, import (mutations gated); find (candidates from
+    the skill sources, with their review) and, gated, acquire (install and approve one on the
+    user's yes); the cortex's perceive (query: the task), plan (name, query) and, gated, take_up
+    (a released skill, for a use the user confirmed) and retain (keep: the user's answer to the
+    retention suggestion)."""
     from .selectors import skills_for_agent
 
     if action not in SKILL_ACTIONS:
@@ -201,6 +216,26 @@ def core_skill(
         if not isinstance(name, str) or not _SKILL_NAME.fullmatch(name):
             raise InvalidRunParams("name: the skill to describe", field="name")
         return skill_describe(name=name, agent=agent)
+    if action == "find":
+        if not isinstance(query, str):
+            raise InvalidRunParams("query: 3-5 keywords of what the skill should do", field="query")
+        return candidates_find(agent=agent, query=query)
+    if action == "acquire":
+        actor = gate(principal=principal, action="skill.acquire", trigger=trigger)
+        narrowed = (fields or {}).get("tools")
+        return acquisition_install(
+            acquisition_id=acquisition, agent=agent, name=name, actor=actor, tools=narrowed
+        )
+    if action in ("perceive", "plan", "take_up", "retain"):
+        return _cortex_action(
+            principal=principal,
+            agent=agent,
+            action=action,
+            trigger=trigger,
+            name=name,
+            query=query,
+            keep=keep,
+        )
     if action == "import":
         if not isinstance(skill_md, str) or not skill_md.strip():
             raise InvalidRunParams("skill_md: the SKILL.md text is required", field="skill_md")
@@ -238,3 +273,43 @@ def core_skill(
             reason=data.get("reason", "") or "",
         )
     )
+
+
+def _cortex_action(
+    *,
+    principal: Principal,
+    agent: Agent,
+    action: str,
+    trigger: str | None,
+    name: str | None,
+    query: str | None,
+    keep: Any,
+) -> dict[str, Any]:
+    """The skill cortex's face in core.skill (cognition.cortex)."""
+    from . import cortex
+    from .cortex.cleanup import activate, retain
+
+    if action == "perceive":
+        if not isinstance(query, str):
+            raise InvalidRunParams("query: the task to perceive", field="query")
+        query_normalise(query, over_limit="refuse")
+        return cortex.perceive(agent=agent, task=query).as_dict()
+    if not isinstance(name, str) or not _SKILL_NAME.fullmatch(name):
+        raise InvalidRunParams(f"name: the skill to {action.replace('_', ' ')}", field="name")
+    if action == "plan":
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidRunParams("query: the task the skill is to run for", field="query")
+        task, _ = query_normalise(query, over_limit="refuse")
+        return cortex.execution_plan(agent=agent, skill=name, task=task)
+    if action == "retain" and not isinstance(keep, bool):
+        raise InvalidRunParams(
+            "keep: true keeps the skill long-term, false releases it", field="keep"
+        )
+    policy = skill_policy(agent=agent, name=name)
+    actor = gate(principal=principal, action=f"skill.{action}", trigger=trigger)
+    if action == "take_up":
+        return {
+            "skill": policy.skill.name,
+            "taken_up": activate(agent=agent, skill=name, actor=actor),
+        }
+    return retain(agent=agent, skill=name, keep=keep, actor=actor).as_dict()

@@ -416,3 +416,24 @@ class TrustLevelChange(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent_name}: {self.from_level} → {self.to_level} by {self.actor_label}"
+
+
+# Skill sources and acquisitions live in cognition.sources; importing them here registers them
+# in the cognition app.
+# The skill cortex's models live in their own module (seed 003); imported here to register them
+# in the cognition app.
+from .cortex.models import (  # noqa: E402, F401
+    Cortex,
+    CortexCandidate,
+    CortexLesson,
+    CortexOutcome,
+    CortexRegion,
+    FailureClass,
+    LessonKind,
+)
+from .sources.models import (  # noqa: E402, F401
+    AcquisitionStatus,
+    SkillAcquisition,
+    SkillSource,
+    SourceKind,
+)

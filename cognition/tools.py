@@ -140,22 +140,40 @@ _SCHEMAS: list[dict[str, Any]] = [
         "core_skill",
         "Manage skills. list (status filter), search: the skills that fit a request, ranked "
         "(query), describe: a skill's whole SKILL.md (name), review: the deterministic review "
-        "facts, import: a pasted SKILL.md (lands pending_review). approve, reject, update "
-        "(policy fields) and delete need the user's consent.",
+        "facts, import: a pasted SKILL.md (lands pending_review), perceive: what the skill cortex "
+        "learned fits a task (query), plan: the execution plan of a skill for a task (name, "
+        "query). find: when no installed skill fits, search the configured skill sources "
+        "(query: 3-5 English keywords) for at most 3 candidates with their review findings and "
+        "an acquisition number. acquire: install and approve one candidate (acquisition, name; "
+        "fields.tools narrows what the approval grants) on the user's yes. approve, reject, update (policy fields), delete, take_up (a "
+        "released skill), retain (keep) and acquire need the user's consent.",
         {
             "action": {"type": "string", "enum": list(SKILL_ACTIONS)},
             "name": {
                 "type": "string",
                 "description": "The skill (all actions but list, search, import).",
             },
-            "query": {"type": "string", "description": "search: what the skill should do."},
+            "query": {
+                "type": "string",
+                "description": "search: what the skill should do; perceive, plan: the task; "
+                "find: 3-5 keywords.",
+            },
+            "acquisition": {
+                "type": "integer",
+                "description": "acquire: the acquisition number find returned.",
+            },
+            "keep": {
+                "type": "boolean",
+                "description": "retain: true keeps the skill long-term, false releases it.",
+            },
             "status": {"type": "string", "enum": list(PolicyStatus.values)},
             "note": {"type": "string", "description": "approve/reject: a note (reject: required)."},
             "skill_md": {"type": "string", "description": "import: the full SKILL.md text."},
             "fields": {
                 "type": "object",
                 "description": "update: any of domains, credentials, tools, dependencies, "
-                "inputs, credential_values, clear_credential_values, reason.",
+                "inputs, credential_values, clear_credential_values, reason. acquire: tools "
+                "(narrows the approval's tools).",
                 "properties": {
                     "domains": {"type": "array", "items": _STR},
                     "credentials": {"type": "array", "items": _STR},
@@ -276,7 +294,17 @@ def core_dispatch(
                 agent=agent,
                 action=args.get("action", ""),
                 trigger=trigger,
-                **_pick(args, "name", "status", "note", "skill_md", "fields", "query"),
+                **_pick(
+                    args,
+                    "name",
+                    "status",
+                    "note",
+                    "skill_md",
+                    "fields",
+                    "query",
+                    "acquisition",
+                    "keep",
+                ),
             )
         else:
             result = core_credential(

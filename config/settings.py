@@ -324,6 +324,18 @@ EMBEDDINGS_TIMEOUT_SECONDS = env.float("EMBEDDINGS_TIMEOUT_SECONDS", default=10.
 # texts sent in one embeddings request when indexing
 EMBEDDINGS_BATCH_SIZE = env.int("EMBEDDINGS_BATCH_SIZE", default=64)
 
+# --- skill sources (cognition.sources; docs/skills.md "Acquiring skills") ----------------------
+# seconds one request to a skill registry may take, body included (connect, send, every byte)
+MOTOR_SKILL_SOURCE_TIMEOUT_SECONDS = env.float("MOTOR_SKILL_SOURCE_TIMEOUT_SECONDS", default=10.0)
+# most bytes read of a registry's search answer; a longer body is refused, not parsed
+MOTOR_SKILL_SOURCE_MAX_RESPONSE_BYTES = env.int(
+    "MOTOR_SKILL_SOURCE_MAX_RESPONSE_BYTES", default=1024 * 1024
+)
+# most bytes read of one downloaded skill archive
+MOTOR_SKILL_SOURCE_MAX_ARCHIVE_BYTES = env.int(
+    "MOTOR_SKILL_SOURCE_MAX_ARCHIVE_BYTES", default=10 * 1024 * 1024
+)
+
 # --- the built-in brain (cognition.brain) ----------------------------------------------------------
 # seconds one conversational turn may take, LLM calls and tool calls together
 COGNITION_TURN_BUDGET_SECONDS = env.float("COGNITION_TURN_BUDGET_SECONDS", default=120.0)

@@ -34,6 +34,7 @@ def _llm_request(
         task=run.task,
         granted_tools=run.tools,
         skill_instructions=run.skill_instructions,
+        skill_candidates=run.skill_candidates,
         recovery_context=attempt.recovery_context,
         progress_summary=progress,
         may_write_skill=save_offered(run) and not WRITING_TOOLS.isdisjoint(run.tools),

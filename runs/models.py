@@ -119,6 +119,14 @@ class MotorRun(FSMModelMixin, models.Model):
     )
     task = models.TextField()
     skill_instructions = models.TextField(blank=True, default="")
+    skill_candidates = models.TextField(
+        blank=True,
+        default="",
+        help_text=(
+            "A run bound to no skill: the skills that may fit its task, one line each (the "
+            "skill index's top-k); the model reads one in full with skill_describe."
+        ),
+    )
     tools = models.JSONField(default=list, blank=True, help_text="Granted tools, aliases expanded.")
     allowed_domains = models.JSONField(default=list, blank=True)
     credential_names = models.JSONField(

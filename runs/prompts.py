@@ -83,8 +83,10 @@ def build_system_prompt(
     recovery_context: dict[str, object] | None = None,
     progress_summary: str = "",
     may_write_skill: bool = False,
+    skill_candidates: str = "",
 ) -> str:
-    """Task, granted tools, skill text, safety rules, (when the workspace may become a skill:
+    """Task, granted tools, skill text (or, for a run bound to no skill, the candidate skills
+    one line each: `skill_candidates`), safety rules, (when the workspace may become a skill:
     `may_write_skill`) the Agent Skills layout, (on retries) the recovery context and (in long
     attempts) the rolling summary of the iterations no longer sent as messages."""
     parts = [
@@ -97,6 +99,13 @@ def build_system_prompt(
         parts.append(
             "A skill is loaded. Read its SKILL.md first. If its instructions are outdated, fix "
             "the skill files in place.\n<skill>\n" + skill_instructions + "\n</skill>"
+        )
+    elif skill_candidates:
+        parts.append(
+            "No skill is loaded. These installed skills may fit the task, best first, one line "
+            "each. To use one, call skill_describe with its name to read its whole SKILL.md, "
+            "then follow it with your granted tools; ignore them if none fits.\n"
+            "<available_skills>\n" + skill_candidates + "\n</available_skills>"
         )
     parts.append(SAFETY_RULES)
     if may_write_skill:

@@ -88,3 +88,73 @@ def policy_enable(*, policy: Policy | int, actor: Actor) -> Policy:
             },
         )
     return locked
+
+
+#: the reason a policy released after use carries (see policy_release)
+RELEASE_REASON = "released after use by the skill cortex"
+
+
+def policy_is_released(policy: Policy) -> bool:
+    """Whether the policy is disabled by a release (not by staff: a release has no user)."""
+    return (
+        policy.disabled_at is not None
+        and policy.disabled_by_id is None
+        and policy.disabled_reason == RELEASE_REASON
+    )
+
+
+def policy_release(*, policy: Policy | int, actor: Actor) -> Policy | None:
+    """Release an acquired skill after use (seed 003 §4.5): its policy is disabled, everything
+    else (versions, status, approval) kept. It only narrows what the agent may run, so no
+    approver is needed. A policy disabled already (released, or by staff) is left as it is
+    (None)."""
+    with transaction.atomic():
+        locked = _lock_policy(policy_id=policy if isinstance(policy, int) else policy.pk)
+        if locked.disabled_at is not None:
+            return None
+        locked.disabled_at = timezone.now()
+        locked.disabled_by = None
+        locked.disabled_reason = RELEASE_REASON
+        locked.save(update_fields=["disabled_at", "disabled_by", "disabled_reason", "updated_at"])
+        _audit(
+            action=AuditAction.POLICY_UPDATED,
+            actor=actor,
+            policy=locked,
+            from_status=locked.status,
+            to_status=locked.status,
+            reason=RELEASE_REASON,
+            changes={"disabled": {"old": False, "new": True}},
+        )
+    return locked
+
+
+def policy_reactivate(*, policy: Policy | int, actor: Actor) -> Policy:
+    """Enable a released policy again for a new use the user confirmed: it returns exactly to
+    what was approved (the approval is still checked against the content when the run loads
+    it). Refused for a policy staff disabled (only staff enable that) and for one not
+    disabled."""
+    with transaction.atomic():
+        locked = _lock_policy(policy_id=policy if isinstance(policy, int) else policy.pk)
+        if not policy_is_released(locked):
+            raise PolicyTransitionNotAllowed(
+                f"Skill {locked.skill.name!r} is not released for agent "
+                f"{_agent_name(locked.agent)!r}"
+                + (" (staff disabled it; staff enable it)." if locked.disabled_at else "."),
+                details={"action": "reactivate", "rule": "only_released_policies"},
+            )
+        locked.disabled_at = None
+        locked.disabled_reason = ""
+        locked.save(update_fields=["disabled_at", "disabled_by", "disabled_reason", "updated_at"])
+        _audit(
+            action=AuditAction.POLICY_UPDATED,
+            actor=actor,
+            policy=locked,
+            from_status=locked.status,
+            to_status=locked.status,
+            reason="taken up again for a confirmed use",
+            changes={
+                "disabled": {"old": True, "new": False},
+                "disabled_reason": {"old": RELEASE_REASON, "new": ""},
+            },
+        )
+    return locked

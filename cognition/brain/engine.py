@@ -32,6 +32,7 @@ from runs.errors import LLMUnavailable
 from runs.llm import ModelRole, llm_chat, llm_client
 from runs.models import MotorRun
 
+from .cortex_gate import skill_run_gate
 from .models import (
     Conversation,
     ConversationRun,
@@ -202,6 +203,17 @@ def dispatch(
     if principal.is_human:
         # The conversation fixes the agent: the model may not aim at another agent of the user.
         args["agent"] = str(conversation.agent_id)
+    if name.replace(".", "_") == "core_act":
+        # A skill the cortex holds runs after its plan was confirmed, or on the reflex path.
+        refused = skill_run_gate(
+            conversation=conversation,
+            principal=principal,
+            trigger=trigger,
+            arguments=args,
+            record=record,
+        )
+        if refused is not None:
+            return refused
     try:
         result = core_dispatch(principal=principal, tool_name=name, arguments=args, trigger=trigger)
     except Exception:

@@ -365,7 +365,15 @@ def _wake_facts(signal: Signal, run: MotorRun | None) -> dict[str, Any]:
             and not run.review
             and run.current_attempt_index + 1 < run.max_attempts
         )
-    elif status == "awaiting_input":
+    if status in ("completed", "failed") and run is not None and run.skill_id:
+        # What the skill cortex learned from this end (seed 003 §3.4, §4.5), when it holds the
+        # skill: the failure class with its recovery rule, or the retention suggestion.
+        from cognition.cortex.hook import outcome_facts
+
+        cortex = outcome_facts(signal.pk)
+        if cortex is not None:
+            facts["cortex"] = cortex
+    if status == "awaiting_input":
         facts["question"] = payload.get("question")
         if payload.get("missing_credentials"):
             facts["missing_credentials"] = list(payload["missing_credentials"])
@@ -374,16 +382,35 @@ def _wake_facts(signal: Signal, run: MotorRun | None) -> dict[str, Any]:
     return facts
 
 
+def _cortex_text(facts: dict[str, Any]) -> str:
+    """The skill cortex's part of a finished run's event: the recovery rule of the failure's
+    class, or the retention question."""
+    cortex = facts.get("cortex")
+    if not cortex:
+        return ""
+    skill = cortex["skill"]
+    if cortex.get("recovery"):
+        rule = cortex["recovery"]
+        return f" [skill cortex: {cortex['failure_class']} of {skill!r}. {rule['instruction']}]"
+    if cortex.get("retention_suggested"):
+        return (
+            f" [skill cortex: {skill!r} has proven itself; ask the user whether to keep it as a "
+            "long-term skill (core_skill retain, keep true or false).]"
+        )
+    return f" [skill cortex: {skill!r} was released after use.]"
+
+
 def _event_text(facts: dict[str, Any]) -> str:
     run_id, status = facts.get("run_id"), facts.get("status")
     if "kind" in facts:
         why = facts.get("detail") or facts.get("reason") or facts["kind"]
         return f"The schedule of skill {facts.get('skill')!r} did not start a run: {why}"
     if status == "completed":
-        return f"Run {run_id} completed: {facts.get('summary') or '(no summary)'}"
+        summary = facts.get("summary") or "(no summary)"
+        return f"Run {run_id} completed: {summary}" + _cortex_text(facts)
     if status == "failed":
         message = (facts.get("error") or {}).get("message") or "failed"
-        return f"Run {run_id} failed: {message}"
+        return f"Run {run_id} failed: {message}" + _cortex_text(facts)
     if status == "awaiting_input" and facts.get("missing_credentials"):
         names = ", ".join(facts["missing_credentials"])
         return (

@@ -11,10 +11,9 @@ document. Sources, in weight order:
 - the SKILL.md headings;
 - the MCP tools' names and docstrings, from `mcp_tool_terms`.
 
-`manifest_search_terms` and `mcp_tool_terms` are the hooks the MCP skill manifest (skill.toml)
-fills once MCP skills exist: the first reads the `[search]` table of a version's skill.toml (a
-bundle keeps no root file but SKILL.md today, so it finds none yet) and the second has nothing to
-read until the manifest lists tools.
+`manifest_search_terms` and `mcp_tool_terms` read the MCP skill manifest (skill.toml, seed 002
+§3) of a version that stores one: its `[search]` keywords and example queries, and the tools its
+`[tools.<name>]` tables declare.
 """
 
 from __future__ import annotations
@@ -105,32 +104,43 @@ def skill_md_body(data: bytes) -> str:
     return text[match.end() :] if match else ""
 
 
-def manifest_search_terms(files: Mapping[str, bytes]) -> tuple[list[str], list[str]]:
-    """Hook: (keywords, example_queries) from the MCP skill manifest's `[search]` table.
-
-    The manifest (skill.toml, seed 002 §3) is not part of a skill yet; a version that ships one
-    is read leniently, and anything unreadable contributes nothing.
-    """
+def _manifest(files: Mapping[str, bytes]) -> dict[str, Any]:
+    """The skill.toml of `files` as a table; empty when absent or unreadable."""
     raw = files.get(MANIFEST_PATH)
     if raw is None:
-        return [], []
+        return {}
     try:
-        manifest = tomllib.loads(raw.decode("utf-8"))
+        return tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return [], []
-    search = manifest.get("search")
+        return {}
+
+
+def manifest_search_terms(files: Mapping[str, bytes]) -> tuple[list[str], list[str]]:
+    """(keywords, example_queries) from the MCP skill manifest's `[search]` table.
+
+    Read here with tomllib, leniently, rather than through the bundle's manifest validation:
+    the index takes whatever a stored version holds and anything unreadable contributes
+    nothing (a refused manifest never reaches storage anyway).
+    """
+    search = _manifest(files).get("search")
     if not isinstance(search, dict):
         return [], []
     return _strings(search.get("keywords")), _strings(search.get("example_queries"))
 
 
-def mcp_tool_terms(files: Mapping[str, bytes]) -> list[ToolTerms]:
-    """Hook: each MCP tool's name and docstring, for skills that run an MCP server.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
-    Empty until MCP skills exist: their manifest will list the tools (or the server will be
-    introspected at install), and this function returns them so `search_terms` indexes them.
+
+def mcp_tool_terms(files: Mapping[str, bytes]) -> list[ToolTerms]:
+    """Each MCP tool the manifest declares (its `[tools.<name>]` tables), by name.
+
+    The manifest names tools but carries no docstrings; a docstring comes with the server's
+    own tool list once a deployed server is introspected (`ToolTerms.docstring`).
     """
-    return []
+    tools = _manifest(files).get("tools")
+    if not isinstance(tools, dict):
+        return []
+    return [ToolTerms(name=name) for name in tools if _TOOL_NAME.fullmatch(name)][:MAX_TERMS]
 
 
 def search_terms(

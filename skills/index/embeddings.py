@@ -64,10 +64,16 @@ def embed(texts: Sequence[str]) -> list[list[float]]:
     return vectors
 
 
-def embeddings_refresh(*, entry_ids: Sequence[int] | None = None, limit: int | None = None) -> int:
+def embeddings_refresh(
+    *,
+    entry_ids: Sequence[int] | None = None,
+    limit: int | None = None,
+    raise_on_failure: bool = False,
+) -> int:
     """Embed the entries (all, or `entry_ids`) whose vector is missing or stale (another model,
     or text that changed); returns how many were stored. Failures are logged and leave the
-    entries to lexical search (and to the next refresh)."""
+    entries to lexical search (and to the next refresh); with `raise_on_failure` the
+    `EmbeddingsUnavailable` is raised after what was stored is kept (the Celery task retries)."""
     from . import vectors
 
     if not configured():
@@ -84,6 +90,7 @@ def embeddings_refresh(*, entry_ids: Sequence[int] | None = None, limit: int | N
         if fresh.get(pk) != digest
     ][:limit]
     stored = 0
+    failure: EmbeddingsUnavailable | None = None
     batch = max(1, settings.EMBEDDINGS_BATCH_SIZE)
     for start in range(0, len(todo), batch):
         chunk = todo[start : start + batch]
@@ -91,6 +98,7 @@ def embeddings_refresh(*, entry_ids: Sequence[int] | None = None, limit: int | N
             found = embed([document for _, document, _ in chunk])
         except EmbeddingsUnavailable as exc:
             log.warning("skill index: embeddings not computed (%s)", exc)
+            failure = exc
             break
         stored += vectors.vectors_store(
             model=model,
@@ -100,4 +108,6 @@ def embeddings_refresh(*, entry_ids: Sequence[int] | None = None, limit: int | N
         from .store import generation_bump
 
         generation_bump(IndexGeneration.EMBEDDINGS)
+    if failure is not None and raise_on_failure:
+        raise failure
     return stored

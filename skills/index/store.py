@@ -9,9 +9,11 @@ without knowing about it:
 - `Skill` post_delete (its entry goes with it by cascade): documents generation;
 - `Policy` created or deleted: visibility generation (who may see which skill).
 
-Embeddings are computed after the commit (`transaction.on_commit`), never inside the install's
-transaction: an HTTP call must not hold the skill's row locks, and a failing endpoint must not
-fail an install. An entry without a current embedding is still found lexically.
+Embeddings are computed by a Celery task queued after the commit (`embed_later`), never inside
+the install's transaction nor on the request that installed: an HTTP call must not hold the
+skill's row locks or keep a person waiting, and a failing endpoint must not fail an install.
+The task retries a failed endpoint (skills.tasks); meanwhile, and for good if it never
+answers, the entry is found lexically.
 """
 
 from __future__ import annotations
@@ -113,8 +115,21 @@ def skill_index(*, skill: Skill) -> SkillIndexEntry | None:
         generation_bump(IndexGeneration.DOCUMENTS)
     if embeddings.configured():
         entry_id = entry.pk
-        transaction.on_commit(lambda: embeddings.embeddings_refresh(entry_ids=[entry_id]))
+        transaction.on_commit(lambda: embed_later(entry_ids=[entry_id]))
     return entry
+
+
+def embed_later(*, entry_ids: list[int]) -> None:
+    """Queue the embedding of `entry_ids` (skills.tasks.skill_index_embed_task): the HTTP call
+    to the endpoint runs in a worker, off the request that installed the skill. A broker that
+    cannot take the message loses nothing but time: the entry is found lexically until
+    `skill_index --embed` (or its next version) embeds it."""
+    from skills.tasks import skill_index_embed_task
+
+    try:
+        skill_index_embed_task.delay(list(entry_ids))
+    except Exception:  # noqa: BLE001 - any broker failure; the install has committed
+        log.warning("skill index: embedding of entries %s not queued", entry_ids, exc_info=True)
 
 
 def index_rebuild(*, batch_size: int = 500) -> int:

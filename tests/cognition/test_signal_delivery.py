@@ -24,6 +24,7 @@ from django.test import Client
 from django.utils import timezone
 
 from cognition.brain.services import BRAIN_HOOK_NAME
+from cognition.cortex.hook import CORTEX_HOOK_NAME
 from cognition.delivery import (
     ATTEMPT_HEADER,
     SIGNAL_ID_HEADER,
@@ -344,6 +345,7 @@ def test_a_signal_is_posted_once_signed_and_the_brain_hooks_are_called(
     }
     assert {name: d.state for name, d in deliveries.items()} == {
         BRAIN_HOOK_NAME: DeliveryState.DELIVERED,  # the built-in brain, registered everywhere
+        CORTEX_HOOK_NAME: DeliveryState.DELIVERED,  # the skill cortex, registered everywhere
         "flaky": DeliveryState.DELIVERED,
         "recorder": DeliveryState.DELIVERED,
     }

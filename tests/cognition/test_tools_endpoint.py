@@ -73,6 +73,12 @@ def test_tools_are_openai_function_schemas_for_every_core_tool(world):
         "update",
         "delete",
         "import",
+        "find",
+        "acquire",
+        "perceive",
+        "plan",
+        "take_up",
+        "retain",
     ]
     assert by_name["core_credential"]["properties"]["action"]["enum"] == ["set", "delete", "list"]
     assert TOOL_NAMES == {

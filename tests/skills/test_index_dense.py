@@ -9,6 +9,7 @@ import math
 import pytest
 from django.db import connection
 
+from config.celery import app as celery_app
 from skills.bundle import bundle_from_files
 from skills.index.embeddings import embeddings_refresh
 from skills.index.models import SkillEmbedding, SkillIndexEntry
@@ -42,7 +43,16 @@ def stored_vector(name: str) -> list[float] | None:
 
 
 @pytest.fixture
-def library(embeddings_stub, django_capture_on_commit_callbacks):
+def eager():
+    """The embedding task runs in this process when queued (its worker's part, played here)."""
+    before = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = before
+
+
+@pytest.fixture
+def library(embeddings_stub, eager, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
         install("uptime-checker", "Check whether an HTTP endpoint is up.")
         install("exchange-rates", "Fetch currency exchange rates.")
@@ -149,3 +159,40 @@ def test_the_vector_column_exists_on_postgresql_only(db) -> None:
             ]
             assert "embedding" not in columns
             assert "vector_json" in columns
+
+
+def test_an_install_queues_the_embedding_instead_of_calling_the_endpoint(
+    db, embeddings_stub, django_capture_on_commit_callbacks
+) -> None:
+    # given a broker and no worker (the test process does not run queued tasks)
+    with celery_app.connection_for_write() as conn:
+        conn.default_channel.queue_purge(celery_app.conf.task_default_queue)
+    # when a skill is installed and its transaction commits
+    with django_capture_on_commit_callbacks(execute=True):
+        install("uptime-checker", "Check whether an HTTP endpoint is up.")
+    # then the endpoint was not called on the install's path, and one embed task is queued
+    assert embeddings_stub.requests == []
+    entry = SkillIndexEntry.objects.get(skill__name="uptime-checker")
+    with celery_app.connection_for_write() as conn:
+        message = conn.default_channel.basic_get(celery_app.conf.task_default_queue, no_ack=True)
+        left = conn.default_channel.basic_get(celery_app.conf.task_default_queue, no_ack=True)
+    assert message is not None and left is None
+    assert message.headers["task"] == "skills.index_embed"
+    assert message.headers["argsrepr"] == f"([{entry.pk}],)"
+    # and meanwhile the lexical half finds it
+    assert [h.name for h in skill_search(query="endpoint up", agent=None).hits] == [
+        "uptime-checker"
+    ]
+
+
+def test_the_embed_task_retries_a_failing_endpoint(
+    db, embeddings_stub, eager, django_capture_on_commit_callbacks
+) -> None:
+    # given an endpoint that fails its next request, then answers
+    embeddings_stub.fail_next = 1
+    with django_capture_on_commit_callbacks(execute=True):
+        install("uptime-checker", "Check whether an HTTP endpoint is up.")
+    # then the task's retry stored the vector
+    assert len(embeddings_stub.requests) == 2
+    entry = SkillIndexEntry.objects.get(skill__name="uptime-checker")
+    assert SkillEmbedding.objects.get(entry=entry).text_hash == entry.text_hash

@@ -8,7 +8,12 @@ from django.contrib.auth import get_user_model
 
 from cognition.models import Agent
 from skills.bundle import bundle_from_files
-from skills.index.documents import manifest_search_terms, mcp_tool_terms, search_terms
+from skills.index.documents import (
+    ToolTerms,
+    manifest_search_terms,
+    mcp_tool_terms,
+    search_terms,
+)
 from skills.index.models import SkillIndexEntry
 from skills.index.search import SkillSearchQueryInvalid, skill_search
 from skills.install import skill_delete, skill_install_bundle
@@ -71,12 +76,12 @@ def test_a_skill_is_found_by_its_description_name_headings_and_manifest_terms(li
     assert entry.fields["tools"] == []
 
 
-def test_the_manifest_hook_reads_skill_toml_search_terms_and_tools_hook_is_empty() -> None:
-    # skill.toml is not stored with a skill yet (MCP skills will bring it): the hook is tested
-    # on the files mapping it will receive.
+def test_the_manifest_hooks_read_skill_toml_search_terms_and_declared_tools() -> None:
+    # the hooks are tested on the files mapping a stored version hands them
     manifest = (
         b'name = "uptime-checker"\n[search]\nkeywords = ["ping", "health check"]\n'
         b'example_queries = ["is my server responding?"]\n'
+        b'[tools.check_uptime]\nsemantics = "read"\n[tools."bad name!"]\nsemantics = "read"\n'
     )
     files = {"SKILL.md": b"---\nname: uptime-checker\ndescription: d\n---\n# Run\n"}
     terms = search_terms(
@@ -88,11 +93,13 @@ def test_the_manifest_hook_reads_skill_toml_search_terms_and_tools_hook_is_empty
     assert terms.keywords == ["status", "ping", "health check"]
     assert terms.example_queries == ["is my server responding?"]
     assert terms.headings == ["Run"]
-    assert terms.tools == []
+    assert terms.tools == [ToolTerms(name="check_uptime")]
+    assert "check uptime" in terms.document()
     assert manifest_search_terms({"skill.toml": b"not = [toml"}) == ([], [])
     assert manifest_search_terms({"skill.toml": b"\xff"}) == ([], [])
     assert manifest_search_terms({"skill.toml": b"search = 3"}) == ([], [])
-    assert mcp_tool_terms({"skill.toml": manifest}) == []
+    assert mcp_tool_terms({"skill.toml": b"tools = 3"}) == []
+    assert mcp_tool_terms({}) == []
 
 
 def test_front_matter_metadata_keywords_and_example_queries_are_indexed(db) -> None:

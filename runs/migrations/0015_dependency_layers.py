@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0012_tool_call_audit'),
+        ('runs', '0014_run_skill_candidates'),
         ('skills', '0006_policy_shell_allowlist'),
     ]
 
