@@ -417,6 +417,15 @@ if MOTOR_SIGNAL_BACKOFF_CAP_SECONDS < MOTOR_SIGNAL_BACKOFF_BASE_SECONDS:
 if not 0 <= MOTOR_SIGNAL_LONG_POLL_MAX_SECONDS <= 30:
     raise ImproperlyConfigured("MOTOR_SIGNAL_LONG_POLL_MAX_SECONDS must be 0-30 seconds.")
 
+# --- SkillForge (docs/skillforge.md) ---
+# Hosts counted as public read-only APIs by the approval rule: a generated read-only skill that
+# reaches only these needs no domain confirmation (it is still approved by a person unless the
+# agent's trust level allows automatic approval).
+FORGE_PUBLIC_API_DOMAINS: list[str] = env.list(
+    "FORGE_PUBLIC_API_DOMAINS",
+    default=["api.open-meteo.com", "api.frankfurter.app", "api.github.com", "en.wikipedia.org"],
+)
+
 CELERY_BEAT_SCHEDULE = {
     "motor-reaper": {
         "task": "runs.run_reap",
@@ -441,6 +450,10 @@ CELERY_BEAT_SCHEDULE = {
     "tool-audit-purge": {
         "task": "runs.tool_audit_purge",
         "schedule": float(MOTOR_PURGE_INTERVAL_SECONDS),
+    },
+    "forge-reaper": {
+        "task": "forge.reap",
+        "schedule": float(MOTOR_REAPER_INTERVAL_SECONDS),
     },
 }
 

@@ -15,23 +15,27 @@ from django.conf import settings
 from django.db import transaction
 
 from skills.approval import skill_approve
+from skills.bundle import McpManifest
 from skills.models import Policy
 from skills.probes import version_probe_record
 from skills.reviewing import policy_auto_approve, policy_review
 from skills.services import Actor
 
-from .bundles import FORGE_SOURCE, BundleRefused, bundle_import, manifest_credentials
+from .bundles import FORGE_SOURCE, BundleRefused, bundle_import, manifest_of
 from .errors import ApprovalRefused, FlowWrongState
 from .models import FlowState, ForgeFlow
-from .risk import ApprovalDecision, Needs, approval_decision, tool_semantics
+from .risk import ApprovalDecision, Needs, approval_decision
 from .services import flow_lock, save_and_record
 from .testing import TestReport
 
 
-def _manifest(flow: ForgeFlow) -> dict[str, Any]:
-    from .bundles import manifest_parse
+def _manifest(flow: ForgeFlow) -> McpManifest:
+    return manifest_of(flow.files)
 
-    return manifest_parse(flow.files["skill.toml"])
+
+def _semantics(manifest: McpManifest, tools: list[dict[str, Any]]) -> list[str]:
+    """The declared semantics of each discovered tool (undeclared: write)."""
+    return [manifest.semantics_of(str(tool.get("name"))) for tool in tools]
 
 
 def approval_summary(flow: ForgeFlow, decision: ApprovalDecision) -> str:
@@ -42,9 +46,11 @@ def approval_summary(flow: ForgeFlow, decision: ApprovalDecision) -> str:
     for tool in tools:
         description = str(tool.get("description") or "").strip().splitlines()
         lines.append(f"  • {tool.get('name')} — {description[0] if description else ''}")
-    domains = manifest.get("allowed_domains") or []
-    credentials = manifest_credentials(manifest)
-    writes = [str(t.get("name")) for t in tools if tool_semantics(t) != "read"]
+    domains = list(manifest.allowed_domains)
+    credentials = list(manifest.credential_names)
+    writes = [
+        str(t.get("name")) for t in tools if manifest.semantics_of(str(t.get("name"))) != "read"
+    ]
     lines += [
         "Permissions requested:",
         f"  Network: {', '.join(domains) if domains else 'none'}",
@@ -66,7 +72,7 @@ def _policy(flow: ForgeFlow) -> Policy:
 
 def _next_after_approval(flow: ForgeFlow, *, actor: str, reason: str, **detail: Any) -> None:
     previous = flow.state
-    missing = manifest_credentials(_manifest(flow))
+    missing = list(_manifest(flow).credential_names)
     if missing:
         flow.acquire_credentials(
             message=(
@@ -109,7 +115,7 @@ def after_tests_passed(flow: ForgeFlow, *, report: TestReport, actor: str) -> No
     flow.skill_version = installed.version
     version_probe_record(
         version=installed.version,
-        tools=[{**t, "semantics": str(tool_semantics(t))} for t in report.tools],
+        tools=[{**t, "semantics": manifest.semantics_of(str(t.get("name")))} for t in report.tools],
         tests_passed=True,
         test_output=report.output,
         checked_by=f"skillforge {flow.id}",
@@ -117,15 +123,17 @@ def after_tests_passed(flow: ForgeFlow, *, report: TestReport, actor: str) -> No
     system = Actor.system(f"skillforge {flow.id}")
     policy = policy_review(policy=_policy(flow).pk, actor=system)
     decision = approval_decision(
-        domains=list(manifest.get("allowed_domains") or []),
-        credentials=manifest_credentials(manifest),
-        semantics=[tool_semantics(t) for t in report.tools],
+        domains=list(manifest.allowed_domains),
+        credentials=list(manifest.credential_names),
+        semantics=_semantics(manifest, report.tools),
         trust_level=str(flow.agent.trust_level),
         public_domains=list(settings.FORGE_PUBLIC_API_DOMAINS),
     )
     flow.approval = decision.to_dict()
     if decision.auto:
-        policy_auto_approve(policy=policy.pk, actor=system, rule=decision.rule, reason=decision.reason)
+        policy_auto_approve(
+            policy=policy.pk, actor=system, rule=decision.rule, reason=decision.reason
+        )
         flow.approval["approved_by"] = f"auto (rule {decision.rule})"
         _next_after_approval(
             flow,
@@ -163,7 +171,7 @@ def flow_approve(
                 details={"state": flow.state, "rule": "not_awaiting_approval"},
             )
         needs = (flow.approval or {}).get("needs")
-        domains = sorted(_manifest(flow).get("allowed_domains") or [])
+        domains = sorted(_manifest(flow).allowed_domains)
         if needs == Needs.CONFIRM_DOMAINS and sorted(confirm_domains or []) != domains:
             raise ApprovalRefused(
                 f"This skill reaches {', '.join(domains)}; confirm exactly these domains "

@@ -9,12 +9,12 @@ second way in.
 from __future__ import annotations
 
 import tempfile
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from skills import bundle as bundle_lib
+from skills.bundle import McpManifest, parse_manifest
 from skills.errors import SkillError
 from skills.imports import skill_import_directory
 from skills.install import InstallResult
@@ -32,36 +32,22 @@ class BundleRefused(ValueError):
     """Generated files that are not a valid skill; the message lists each file and rule."""
 
 
-def manifest_parse(text: str) -> dict[str, Any]:
-    """The manifest as a dict; BundleRefused naming the TOML error."""
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BundleRefused(f"{MANIFEST}: not valid TOML: {exc} [manifest-toml]") from exc
+def manifest_of(files: Mapping[str, str]) -> McpManifest:
+    """The validated manifest of generated files; BundleRefused naming every problem."""
+    manifest, problems = parse_manifest(files.get(MANIFEST, ""), files=files)
+    if manifest is None:
+        raise BundleRefused("; ".join(str(p) for p in problems))
+    return manifest
 
 
-def manifest_credentials(manifest: Mapping[str, Any]) -> list[str]:
-    """The vault entry names of the manifest's [auth] table (``ENV = "vault:<name>"``)."""
-    auth = manifest.get("auth") or {}
-    names: list[str] = []
-    if isinstance(auth, Mapping):
-        for ref in auth.values():
-            if isinstance(ref, str) and ref.startswith("vault:"):
-                name = ref.removeprefix("vault:")
-                if name and name not in names:
-                    names.append(name)
-    return names
-
-
-def manifest_of_version(version: SkillVersion) -> dict[str, Any]:
-    """The parsed manifest of a stored version ({} when it has none or it does not parse)."""
+def manifest_of_version(version: SkillVersion) -> McpManifest | None:
+    """The manifest of a stored version (None when it is not an MCP skill)."""
     file = version.files.filter(path=MANIFEST).first()
     if file is None:
-        return {}
-    try:
-        return manifest_parse(bytes(file.data).decode("utf-8"))
-    except (BundleRefused, UnicodeDecodeError):
-        return {}
+        return None
+    paths = dict.fromkeys(version.files.values_list("path", flat=True), b"")
+    manifest, _ = parse_manifest(bytes(file.data), files=paths)
+    return manifest
 
 
 def version_texts(version: SkillVersion) -> dict[str, str]:
@@ -72,32 +58,30 @@ def version_texts(version: SkillVersion) -> dict[str, str]:
     return out
 
 
-def bundle_check(files: Mapping[str, str], *, expected_name: str = "") -> dict[str, Any]:
-    """Validate generated files as one skill; return the parsed manifest.
+def as_bytes(files: Mapping[str, str]) -> dict[str, bytes]:
+    return {path: text.encode("utf-8") for path, text in files.items()}
 
-    Raises BundleRefused listing every problem: the bundle rules (file, rule), a manifest that
-    is not TOML, a manifest name that differs from SKILL.md's, a renamed skill in edit mode.
+
+def bundle_check(files: Mapping[str, str], *, expected_name: str = "") -> bundle_lib.Bundle:
+    """Validate generated files as one MCP skill (the bundle rules, skill.toml included).
+
+    Raises BundleRefused listing every problem as ``<file>: <message> [<rule>]``, and for a
+    skill whose name changed in edit mode.
     """
-    data = {path: text.encode("utf-8") for path, text in files.items()}
     try:
-        bundle = bundle_lib.bundle_from_files(data, dir_name=None, limits=_limits())
+        bundle = bundle_lib.bundle_from_files(as_bytes(files), dir_name=None, limits=_limits())
     except bundle_lib.BundleError as exc:
         raise BundleRefused(
             "the files are not a valid skill: " + "; ".join(str(p) for p in exc.problems)
         ) from exc
-    manifest = manifest_parse(files[MANIFEST])
-    name = manifest.get("name")
-    if name != bundle.name:
-        raise BundleRefused(
-            f"{MANIFEST}: name {name!r} differs from SKILL.md's name {bundle.name!r} "
-            "[manifest-name]"
-        )
+    if bundle.manifest is None:
+        raise BundleRefused(f"{MANIFEST}: missing; an MCP skill needs its manifest [manifest]")
     if expected_name and bundle.name != expected_name:
         raise BundleRefused(
             f"SKILL.md: the skill is {expected_name!r} and keeps its name, not {bundle.name!r} "
             "[edit-keeps-name]"
         )
-    return manifest
+    return bundle
 
 
 def bundle_import(
@@ -106,8 +90,7 @@ def bundle_import(
     """Import the files as a skill version for `agent` (pending_review) through the normal
     directory import. Raises BundleRefused with the import's problems."""
     with tempfile.TemporaryDirectory(prefix="forge-import-") as tmp:
-        name = manifest_parse(files[MANIFEST]).get("name") or "skill"
-        root = Path(tmp) / str(name)
+        root = Path(tmp) / bundle_check(files).name
         for path, text in files.items():
             target = root / path
             target.parent.mkdir(parents=True, exist_ok=True)

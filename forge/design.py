@@ -26,7 +26,9 @@ QUESTIONS = {
     ),
 }
 
-_NONE_WORDS = frozenset({"none", "no", "nothing", "nope", "n/a", "-", "no network", "no credentials"})
+_NONE_WORDS = frozenset(
+    {"none", "no", "nothing", "nope", "n/a", "-", "no network", "no credentials"}
+)
 _HOST = re.compile(
     r"^(?=.{1,253}$)(?:\*\.)?(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$"
 )

@@ -70,10 +70,11 @@ def system_prompt() -> str:
         "string is the file's path and nothing else. Use a fence of four backticks for SKILL.md "
         "when it contains fenced code itself. SKILL.md starts with YAML front matter holding "
         "name (lowercase letters, digits and hyphens) and description (what it does and when to "
-        "use it). skill.toml holds name, description, version, created_by = \"agent\", label, "
+        'use it). skill.toml holds name, description, version, created_by = "agent", label, '
         "allowed_domains (exactly the hosts the code reaches), [server] command and args, "
-        "[auth] (ENV_NAME = \"vault:<credential name>\" per credential), [sandbox] and "
-        "[search] keywords and example_queries. Nothing outside the blocks is read.\n\n"
+        '[auth] (ENV_NAME = "vault:<credential name>" per credential), [sandbox] and '
+        "[search] keywords and example_queries, and one [tools.<name>] table per tool with "
+        'semantics = "read" or "write". Nothing outside the blocks is read.\n\n'
         f"{_examples()}"
     )
 

@@ -19,7 +19,7 @@ generated skill is approved by a person, keeping seed 000's rule).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import Any
@@ -56,24 +56,16 @@ class ApprovalDecision:
         return {**asdict(self), "needs": str(self.needs)}
 
 
-def tool_semantics(tool: Mapping[str, Any]) -> Semantics:
-    """A discovered tool's declared semantics: read only when its MCP annotations say
-    readOnlyHint true; anything undeclared counts as write (the cautious reading)."""
-    annotations = tool.get("annotations") or {}
-    read_only = annotations.get("readOnlyHint") if isinstance(annotations, Mapping) else None
-    return Semantics.READ if read_only is True else Semantics.WRITE
-
-
 def approval_decision(
     *,
     domains: Sequence[str],
     credentials: Sequence[str],
-    semantics: Iterable[Semantics],
+    semantics: Iterable[str],
     trust_level: str,
     public_domains: Sequence[str],
 ) -> ApprovalDecision:
     """The approval a skill with these permissions needs at `trust_level` (see the table)."""
-    semantics = list(semantics)
+    semantics = [str(s) for s in semantics]
     if credentials:
         return ApprovalDecision(
             Needs.EXPLICIT,

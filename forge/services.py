@@ -73,9 +73,7 @@ def flow_lock(flow_id: str) -> ForgeFlow:
     return flow
 
 
-def _clean_list(
-    value: object, *, field: str, valid: Any, example: str
-) -> list[str] | None:
+def _clean_list(value: object, *, field: str, valid: Any, example: str) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list) or len(value) > MAX_ITEMS:
@@ -98,7 +96,8 @@ def _clean_list(
 def _validated_request(request: object) -> str:
     if not isinstance(request, str) or not request.strip():
         raise FlowInvalid(
-            "request: say what the tool should do.", details={"field": "request", "rule": "required"}
+            "request: say what the tool should do.",
+            details={"field": "request", "rule": "required"},
         )
     if len(request) > MAX_REQUEST_CHARS:
         raise FlowInvalid(
@@ -153,7 +152,10 @@ def flow_start(
             f"mode: one of {', '.join(FlowMode.values)}.", details={"field": "mode", "rule": "enum"}
         )
     domains = _clean_list(
-        allowed_domains, field="allowed_domains", valid=design.valid_domain, example="api.example.org"
+        allowed_domains,
+        field="allowed_domains",
+        valid=design.valid_domain,
+        example="api.example.org",
     )
     names = _clean_list(
         credentials,
@@ -167,10 +169,16 @@ def flow_start(
         skill = _edited_skill(agent=agent, skill_name=skill_name)
         name, base_version = skill.name, skill.current_version
         manifest = _current_manifest(base_version)
+        if manifest is None:
+            raise FlowInvalid(
+                f"Skill {name!r} is not an MCP skill (it has no skill.toml); only MCP skills are "
+                "edited by SkillForge.",
+                details={"skill": name, "rule": "not_an_mcp_skill"},
+            )
         if domains is None:
-            domains = list(manifest.get("allowed_domains") or [])
+            domains = list(manifest.allowed_domains)
         if names is None:
-            names = _manifest_credentials(manifest)
+            names = list(manifest.credential_names)
     elif skill_name:
         raise FlowInvalid(
             "skill: only an edit or an improvement names an existing skill; a new skill is "
@@ -210,23 +218,19 @@ def flow_start(
     return flow
 
 
-def _current_manifest(version: Any) -> dict[str, Any]:
+def _current_manifest(version: Any) -> Any:
     from .bundles import manifest_of_version
 
     return manifest_of_version(version)
-
-
-def _manifest_credentials(manifest: dict[str, Any]) -> list[str]:
-    from .bundles import manifest_credentials
-
-    return manifest_credentials(manifest)
 
 
 def flow_respond(*, flow_id: str, answer: object, actor: str) -> ForgeFlow:
     """Answer the flow's pending question. An answer that cannot be read keeps the question
     and raises FlowInvalid saying what it needs (nothing changed)."""
     if not isinstance(answer, str) or not answer.strip():
-        raise FlowInvalid("answer: must not be empty.", details={"field": "answer", "rule": "required"})
+        raise FlowInvalid(
+            "answer: must not be empty.", details={"field": "answer", "rule": "required"}
+        )
     with transaction.atomic():
         flow = flow_lock(flow_id)
         if flow.state != FlowState.DESIGNING or not flow.pending_question:
@@ -242,12 +246,16 @@ def flow_respond(*, flow_id: str, answer: object, actor: str) -> ForgeFlow:
             else:
                 flow.credentials = design.parse_credentials(answer)
         except design.AnswerUnclear as exc:
-            raise FlowInvalid(str(exc), details={"field": "answer", "rule": f"{topic}_answer"}) from exc
+            raise FlowInvalid(
+                str(exc), details={"field": "answer", "rule": f"{topic}_answer"}
+            ) from exc
         previous = flow.state
         flow.answer()
         # The answer itself is not audited: only what was read from it (names, hosts).
         read = flow.allowed_domains if topic == design.DOMAINS else flow.credentials
-        save_and_record(flow, from_state=previous, actor=actor, reason=f"answered {topic}", read=read)
+        save_and_record(
+            flow, from_state=previous, actor=actor, reason=f"answered {topic}", read=read
+        )
     return flow
 
 

@@ -21,10 +21,11 @@ from django.db import transaction
 from runs.crashpoints import crash_point
 from runs.errors import LLMUnavailable
 from runs.llm import ModelRole, llm_chat, llm_client
+from skills.approval import domain_covered
 
 from . import design, generation
 from .approving import after_tests_passed
-from .bundles import BundleRefused, bundle_check, manifest_credentials, version_texts
+from .bundles import BundleRefused, bundle_check, manifest_of, version_texts
 from .lease import FlowLease, FlowLeaseLost, flow_claim, flow_fence, flow_release
 from .models import MAX_ATTEMPTS, FlowState, ForgeFlow
 from .services import save_and_record
@@ -49,7 +50,10 @@ def _retry_or_fail(flow: ForgeFlow, *, feedback: str, stage: str) -> None:
     if flow.attempt >= MAX_ATTEMPTS:
         flow.fail(error=f"{stage}: {feedback}", message=failure_message(feedback))
         save_and_record(
-            flow, from_state=previous, actor=WORKER, reason=f"attempt {flow.attempt}: {stage} failed"
+            flow,
+            from_state=previous,
+            actor=WORKER,
+            reason=f"attempt {flow.attempt}: {stage} failed",
         )
         return
     flow.regenerate(feedback=f"{stage}: {feedback}")
@@ -99,21 +103,43 @@ def _generation_request(flow: ForgeFlow) -> generation.GenerationRequest:
     )
 
 
+def beyond_request(flow: ForgeFlow, manifest: Any) -> str:
+    """What the generated manifest asks for that the requester did not allow ("" if nothing):
+    a generated skill never proposes more than its design said."""
+    allowed = list(flow.allowed_domains or [])
+    extra = [d for d in manifest.allowed_domains if not domain_covered(d, allowed)]
+    if extra:
+        return (
+            f"skill.toml: allowed_domains asks for {', '.join(extra)}, which the requester did "
+            f"not allow (allowed: {', '.join(allowed) or 'none'}) [manifest-beyond-request]"
+        )
+    named = {n.lower() for n in flow.credentials or []}
+    unknown = [n for n in manifest.credential_names if n.lower() not in named]
+    if unknown:
+        return (
+            f"skill.toml: [auth] uses {', '.join(unknown)}, which the requester did not name "
+            f"(named: {', '.join(flow.credentials or []) or 'none'}) [manifest-beyond-request]"
+        )
+    return ""
+
+
 def _generate(lease: FlowLease, client: openai.OpenAI) -> None:
     flow = ForgeFlow.objects.select_related("base_version").get(pk=lease.flow_id)
     request = _generation_request(flow)
     try:
         reply = llm_chat(client=client, messages=generation.messages(request), role=ModelRole.MOTOR)
         files = generation.parse_answer(reply.content or "")
-        bundle_check(files, expected_name=flow.skill_name if flow.base_version_id else "")
-        problem = ""
+        bundle = bundle_check(files, expected_name=flow.skill_name if flow.base_version_id else "")
+        problem = beyond_request(flow, bundle.manifest)
     except (generation.GenerationMalformed, BundleRefused) as exc:
         files, problem = {}, str(exc)
     crash_point("forge_generating")
     with transaction.atomic():
         flow = flow_fence(lease)
         if problem:
-            _retry_or_fail(flow, feedback=f"the answer was not usable: {problem}", stage="generation")
+            _retry_or_fail(
+                flow, feedback=f"the answer was not usable: {problem}", stage="generation"
+            )
             return
         previous = flow.state
         flow.generated(files=files)
@@ -125,7 +151,7 @@ def _generate(lease: FlowLease, client: openai.OpenAI) -> None:
 
 def _test(lease: FlowLease) -> None:
     flow = ForgeFlow.objects.get(pk=lease.flow_id)
-    report: TestReport = bundle_test(flow.files, allowed_domains=list(flow.allowed_domains or []))
+    report: TestReport = bundle_test(flow.files)
     crash_point("forge_testing")
     with transaction.atomic():
         flow = flow_fence(lease)
@@ -145,21 +171,15 @@ def credentials_missing(flow: ForgeFlow) -> list[str]:
     credential = apps.get_model("cognition", "Credential")
     names = list(flow.credentials or [])
     if flow.files:
-        names = manifest_credentials(_manifest(flow)) or names
+        try:
+            names = list(manifest_of(flow.files).credential_names)
+        except BundleRefused:
+            pass
     present = {
         n.lower()
         for n in credential.objects.filter(agent_id=flow.agent_id).values_list("name", flat=True)
     }
     return [name for name in names if name.lower() not in present]
-
-
-def _manifest(flow: ForgeFlow) -> dict[str, Any]:
-    from .bundles import manifest_parse
-
-    try:
-        return manifest_parse(flow.files.get("skill.toml", ""))
-    except BundleRefused:
-        return {}
 
 
 def _acquire(lease: FlowLease) -> None:
@@ -174,12 +194,12 @@ def _acquire(lease: FlowLease) -> None:
 
 
 def _deploy(lease: FlowLease) -> None:
-    from .probe import deploy_version
+    from .interfaces import deploy_version
 
     flow = ForgeFlow.objects.select_related("skill_version").get(pk=lease.flow_id)
     error = ""
     try:
-        deploy_version(flow.skill_version)
+        deploy_version(flow.skill_version, actor=f"skillforge {flow.id}")
     except Exception as exc:  # any failure to go live fails the flow with its reason
         logger.warning("flow %s: deployment failed: %s", flow.id, exc)
         error = str(exc) or exc.__class__.__name__

@@ -7,11 +7,9 @@ sees on its next attempt.
 
 from __future__ import annotations
 
-import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 #: the hard limit of one test (pytest + handshake), seconds (seed 002 §6)
@@ -38,41 +36,48 @@ class TestReport:
         return f"{self.stage} failed:\n{self.output}"
 
 
-def bundle_test(
-    files: Mapping[str, str], *, allowed_domains: Sequence[str], limit_s: float = TEST_LIMIT_S
-) -> TestReport:
-    """Run the bundle's tests, then initialize + tools/list against its server."""
-    from .probe import probe_server, run_bundle_tests
+def bundle_test(files: Mapping[str, str], *, limit_s: float = TEST_LIMIT_S) -> TestReport:
+    """Run the bundle's tests, then ``initialize`` + ``tools/list`` against its server, in
+    ephemeral sandboxes egressing to the manifest's proposed domains, within `limit_s` overall."""
+    from .bundles import BundleRefused, as_bytes, manifest_of
+    from .interfaces import probe_server, run_server_tests
 
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="forge-test-") as tmp:
-        root = Path(tmp) / "skill"
-        for path, text in files.items():
-            target = root / path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
-        tests = run_bundle_tests(root, allowed_domains=list(allowed_domains), timeout_s=limit_s)
-        if not tests.passed:
-            return TestReport(
-                passed=False,
-                stage="pytest",
-                output=tests.output,
-                duration_ms=int((time.monotonic() - started) * 1000),
-            )
-        left = max(1.0, limit_s - (time.monotonic() - started))
-        probe = probe_server(root, allowed_domains=list(allowed_domains), timeout_s=left)
-    elapsed = int((time.monotonic() - started) * 1000)
+    try:
+        manifest = manifest_of(files)
+    except BundleRefused as exc:
+        return TestReport(passed=False, stage="manifest", output=str(exc))
+    data = as_bytes(files)
+    tests = run_server_tests(data, manifest, timeout_s=limit_s)
+
+    def elapsed_ms() -> int:
+        return int((time.monotonic() - started) * 1000)
+
+    if not tests.passed:
+        limit = f"\n(stopped at the {limit_s:g} s limit)" if tests.timed_out else ""
+        return TestReport(
+            passed=False, stage="pytest", output=tests.output + limit, duration_ms=elapsed_ms()
+        )
+    left = limit_s - (time.monotonic() - started)
+    if left <= 0:
+        return TestReport(
+            passed=False,
+            stage="handshake",
+            output=f"no time left for the handshake within the {limit_s:g} s limit",
+            duration_ms=elapsed_ms(),
+        )
+    probe = probe_server(data, manifest, timeout_s=left)
     if probe.error:
         output = f"{probe.error}\n{probe.stderr_tail}".strip()
-        return TestReport(passed=False, stage="handshake", output=output, duration_ms=elapsed)
-    tools = [dict(tool) for tool in probe.tools]
+        return TestReport(passed=False, stage="handshake", output=output, duration_ms=elapsed_ms())
+    tools = [tool.to_dict() for tool in probe.tools]
     if not tools:
         return TestReport(
             passed=False,
             stage="handshake",
             output="the server answered tools/list with no tool",
-            duration_ms=elapsed,
+            duration_ms=elapsed_ms(),
         )
     return TestReport(
-        passed=True, stage="done", output=tests.output, tools=tools, duration_ms=elapsed
+        passed=True, stage="done", output=tests.output, tools=tools, duration_ms=elapsed_ms()
     )
