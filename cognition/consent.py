@@ -23,6 +23,13 @@ GATED_ACTIONS = frozenset(
         "skill.reject",
         "skill.delete",
         "skill.update",
+        # SkillForge: a flow starts, takes an answer and is deployed only on a person's word.
+        "skill.create",
+        "skill.edit",
+        "skill.improve",
+        "skill.forge_answer",
+        "skill.forge_deploy",
+        "skill.forge_decline",
         "task.respond",
         "task.approve",
         "task.reject",

@@ -23,6 +23,7 @@ from skills.selectors import policy_detail
 from skills.services import Actor
 
 from .core import _SKILL_NAME, gate, skill_actor
+from .core_forge import FORGE_ACTIONS, core_forge
 from .errors import SkillShared
 from .models import Agent
 from .principals import Principal
@@ -38,6 +39,7 @@ SKILL_ACTIONS = (
     "update",
     "delete",
     "import",
+    *FORGE_ACTIONS,
 )
 
 
@@ -152,14 +154,27 @@ def core_skill(
     skill_md: str | None = None,
     fields: dict[str, Any] | None = None,
     query: str | None = None,
+    **forge: Any,
 ) -> dict[str, Any]:
     """core.skill: list, search (ranked by the skill index), describe (the whole SKILL.md),
-    review, approve, reject, update, delete, import (mutations gated)."""
+    review, approve, reject, update, delete, import (mutations gated); and SkillForge's create,
+    edit, improve, flows, flow, answer, deploy, decline, cancel (`forge`: request, flow_id,
+    answer, domains, credentials, confirm_domains; see cognition.core_forge)."""
     from .selectors import skills_for_agent
 
     if action not in SKILL_ACTIONS:
         raise InvalidRunParams(
             f"action: {action!r} is not one of {', '.join(SKILL_ACTIONS)}", field="action"
+        )
+    if action in FORGE_ACTIONS:
+        return core_forge(
+            principal=principal,
+            agent=agent,
+            action=action,
+            trigger=trigger,
+            name=name,
+            note=note,
+            **forge,
         )
     if action == "list":
         if status is not None and status not in PolicyStatus.values:

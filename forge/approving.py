@@ -156,13 +156,12 @@ def after_tests_passed(flow: ForgeFlow, *, report: TestReport, actor: str) -> No
 
 
 def flow_approve(
-    *, flow_id: str, user: Any, confirm_domains: list[str] | None = None, note: str = ""
+    *, flow_id: str, actor: Actor, confirm_domains: list[str] | None = None, note: str = ""
 ) -> ForgeFlow:
     """A person approves the flow's version. Needs the skills approval permission (the skill's
     policy is approved in the same transaction); a domain-confirmation tier also needs
     `confirm_domains` equal to the manifest's domains. Raises ApprovalRefused or
     FlowWrongState with nothing changed."""
-    actor = Actor.from_user(user, prefix="user")
     with transaction.atomic():
         flow = flow_lock(flow_id)
         if flow.state != FlowState.AWAITING_APPROVAL:
@@ -189,9 +188,8 @@ def flow_approve(
     return flow
 
 
-def flow_reject(*, flow_id: str, user: Any, note: str = "") -> ForgeFlow:
+def flow_reject(*, flow_id: str, actor: Actor, note: str = "") -> ForgeFlow:
     """A person declines the version: the flow fails; the version stays pending review."""
-    actor = Actor.from_user(user, prefix="user")
     with transaction.atomic():
         flow = flow_lock(flow_id)
         if flow.state != FlowState.AWAITING_APPROVAL:

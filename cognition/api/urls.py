@@ -13,6 +13,7 @@ from . import (
     schedules,
     signals,
     skill_search,
+    skillforge,
     views,
     webhooks,
 )
@@ -34,6 +35,30 @@ urlpatterns = [
     path("skills/<str:name>/approve/", views.SkillApproveView.as_view(), name="skill-approve"),
     path("skills/<str:name>/reject/", views.SkillRejectView.as_view(), name="skill-reject"),
     path("skills/<str:name>/update/", views.SkillUpdateView.as_view(), name="skill-update"),
+    path("skillforge/", skillforge.FlowListView.as_view(), name="skillforge-list"),
+    path(
+        "skillforge/<str:flow_id>/", skillforge.FlowDetailView.as_view(), name="skillforge-detail"
+    ),
+    path(
+        "skillforge/<str:flow_id>/answer/",
+        skillforge.FlowAnswerView.as_view(),
+        name="skillforge-answer",
+    ),
+    path(
+        "skillforge/<str:flow_id>/deploy/",
+        skillforge.FlowDeployView.as_view(),
+        name="skillforge-deploy",
+    ),
+    path(
+        "skillforge/<str:flow_id>/decline/",
+        skillforge.FlowDeclineView.as_view(),
+        name="skillforge-decline",
+    ),
+    path(
+        "skillforge/<str:flow_id>/cancel/",
+        skillforge.FlowCancelView.as_view(),
+        name="skillforge-cancel",
+    ),
     path("credentials/", views.CredentialListView.as_view(), name="credential-list"),
     path("credentials/<str:name>/", views.CredentialDetailView.as_view(), name="credential-detail"),
     path("agents/", views.AgentListView.as_view(), name="agent-list"),
