@@ -135,6 +135,9 @@ class SessionSpec:
     readonly_mounts: Sequence[tuple[Path, str]] = ()  # (host path, path inside)
     session_id: str = ""
     on_connection: ConnectionCallback | None = None
+    #: commands may create socketpair(AF_UNIX) — what an asyncio program (an MCP server) needs;
+    #: socket(AF_UNIX) stays refused (sandbox/inside/seccomp.py)
+    allow_unix_pairs: bool = False
 
 
 @dataclass(frozen=True, slots=True)

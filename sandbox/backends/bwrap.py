@@ -344,6 +344,7 @@ class BwrapBackend:
             "env": env,
             "workspace": "/workspace",
             "sweep": True,
+            "unix_pairs": spec.allow_unix_pairs,
             "bridge": bridge,
         }
         try:

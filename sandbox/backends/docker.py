@@ -153,6 +153,7 @@ def _supervisor_config(spec: SessionSpec, environment: Mapping[str, str]) -> dic
         "env": dict(environment),
         "workspace": "/workspace",
         "sweep": True,
+        "unix_pairs": spec.allow_unix_pairs,
         "bridge": None,
     }
     if spec.network.enabled:

@@ -183,6 +183,8 @@ class Config:
         self.workspace = "/workspace"
         self.sweep = True
         self.bridge: dict[str, Any] | None = None
+        #: commands may make socketpair(AF_UNIX) (asyncio's self-pipe; see seccomp.py)
+        self.unix_pairs = False
 
 
 class ExecSpec:
@@ -256,6 +258,7 @@ def parse_config(raw: object) -> Config:
         raise ProtocolError("config.workspace must be an absolute path")
     config.workspace = workspace
     config.sweep = bool(raw.get("sweep", True))
+    config.unix_pairs = raw.get("unix_pairs", False) is True
     bridge = raw.get("bridge")
     if bridge is not None:
         if not isinstance(bridge, dict) or not isinstance(bridge.get("unix_path"), str):

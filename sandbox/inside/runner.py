@@ -113,8 +113,8 @@ class Runner(FileServing):
         #: the stream turning readable mid-call means it ended: the owner is gone, and the call
         #: and everything it started are killed instead of running on unobserved.
         self._host_fd = host_fd
-        self._child_setup = _ChildSetup()
-        self._spawner = _Spawner() if inherit else None
+        self._child_setup = _ChildSetup(unix_pairs=config.unix_pairs)
+        self._spawner = _Spawner(unix_pairs=config.unix_pairs) if inherit else None
         #: tools.py, loaded on the first file operation (serve mode only)
         self._tools: ModuleType | None = None
         #: the file server, while file operations follow each other
