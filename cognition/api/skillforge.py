@@ -25,7 +25,17 @@ from forge.models import FlowMode
 from . import fields
 from .views import AGENT_PARAM, TRIGGER_PARAM, PrincipalAPIView, _errors
 
-_LIST = {"child": fields.Text(max_length=253), "max_length": 20}
+
+def _names(help_text: str = "") -> serializers.ListField:
+    """An optional list of at most 20 names (hosts or vault entries)."""
+    return serializers.ListField(
+        child=fields.Text(max_length=253),
+        max_length=20,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text=help_text,
+    )
 
 
 class FlowCreateSerializer(serializers.Serializer):
@@ -38,14 +48,10 @@ class FlowCreateSerializer(serializers.Serializer):
         max_length=64,
         help_text="edit/improve: the skill.",
     )
-    allowed_domains = serializers.ListField(
-        required=False, allow_null=True, default=None, **_LIST,
-        help_text="Hosts the tool may reach ([] for none); asked when absent.",
-    )  # fmt: skip
-    credentials = serializers.ListField(
-        required=False, allow_null=True, default=None, **_LIST,
-        help_text="Vault entry names it needs ([] for none; never values); asked when absent.",
-    )  # fmt: skip
+    allowed_domains = _names("Hosts the tool may reach ([] for none); asked when absent.")
+    credentials = _names(
+        "Vault entry names it needs ([] for none; never values); asked when absent."
+    )
 
 
 class FlowAnswerSerializer(serializers.Serializer):
@@ -55,7 +61,7 @@ class FlowAnswerSerializer(serializers.Serializer):
 
 
 class FlowDeploySerializer(serializers.Serializer):
-    confirm_domains = serializers.ListField(required=False, allow_null=True, default=None, **_LIST)
+    confirm_domains = _names("The domains you confirm, when the flow asks for confirmation.")
     note = fields.Text(required=False, default="", allow_blank=True, max_length=2000)
 
 
