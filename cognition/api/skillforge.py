@@ -95,12 +95,12 @@ class FlowListSerializer(serializers.Serializer):
 
 
 class _ForgeView(PrincipalAPIView):
-    def forge(self, request: Request, action: str, **kwargs: Any) -> dict[str, Any]:
+    def forge(self, http: Request, action: str, **kwargs: Any) -> dict[str, Any]:
         return core_forge(
-            principal=self.principal(request),
-            agent=self.scope_agent(request),
+            principal=self.principal(http),
+            agent=self.scope_agent(http),
             action=action,
-            trigger=request.headers.get(TRIGGER_HEADER),
+            trigger=http.headers.get(TRIGGER_HEADER),
             **kwargs,
         )
 
