@@ -17,8 +17,8 @@ ADD_TOOL = '''
 
 @mcp.tool()
 def add(a: int, b: int) -> dict:
-    """Add two integers. Returns {{"sum": a + b}}."""
-    return {{"sum": a + b}}
+    """Add two integers. Returns {"sum": a + b}."""
+    return {"sum": a + b}
 '''
 
 FETCH_TOOL = '''

@@ -22,7 +22,7 @@ TWO_TOOLS = (
 @mcp.tool()
 def reset(counter: str) -> dict:
     """Reset a named counter to zero."""
-    return {{"counter": counter, "value": 0}}
+    return {"counter": counter, "value": 0}
 '''
 )
 
