@@ -480,6 +480,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Two request fields are called "mode" (core.act's and SkillForge's); each gets its own name.
+    "ENUM_NAME_OVERRIDES": {"SkillForgeModeEnum": ["create", "edit", "improve"]},
 }
 
 # --- energy (seed 001 "Energy Model") -----------------------------------------------------------

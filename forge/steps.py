@@ -70,6 +70,7 @@ def _retry_or_fail(flow: ForgeFlow, *, feedback: str, stage: str) -> None:
 
 
 def _design(lease: FlowLease) -> None:
+    crash_point("forge_designing")
     with transaction.atomic():
         flow = flow_fence(lease)
         if flow.pending_question:
@@ -183,6 +184,7 @@ def credentials_missing(flow: ForgeFlow) -> list[str]:
 
 
 def _acquire(lease: FlowLease) -> None:
+    crash_point("forge_acquiring_credentials")
     with transaction.atomic():
         flow = flow_fence(lease)
         missing = credentials_missing(flow)

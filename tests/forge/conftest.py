@@ -11,6 +11,7 @@ from cognition.models import Agent
 from forge.models import ForgeFlow
 from forge.steps import flow_run_until_waiting
 from tests.fixtures.llm import ScriptedLLM
+from tests.runs.faults import processes  # noqa: F401 - fixture (worker processes)
 from tests.skills.admin_support import (
     APPROVER_PERMS,
     fast_password_hashing,  # noqa: F401 - autouse fixture
