@@ -99,7 +99,7 @@ def approved_mcp_skill(tmp_path: Path, approver) -> Callable[..., Policy]:
         counter[0] += 1
         root = tmp_path / f"import-{counter[0]}"
         root.mkdir()
-        policy = import_skill(root, agent=agent, files=files or mcp_files(name), name=name)
+        policy = import_skill(root, agent=owner, files=files or mcp_files(name), name=name)
         policy = policy_update(
             policy=policy, actor=Actor.system("test"), allowed_domains=domains or []
         )
