@@ -90,7 +90,7 @@ def approved_mcp_skill(tmp_path: Path, approver) -> Callable[..., Policy]:
     counter = [0]
 
     def make(
-        agent: Agent,
+        owner: Agent,
         files: dict[str, str] | None = None,
         *,
         name: str = "echoer",
