@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 from forge.probe import probe_server, run_server_tests
 from skills.bundle import bundle_from_files
 from tests.forge.conftest import ECHO_SERVER, mcp_files
