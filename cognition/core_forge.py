@@ -12,8 +12,8 @@ from typing import Any
 
 from forge.approving import flow_approve, flow_reject
 from forge.errors import FlowNotFound
+from forge.flow_services import flow_cancel, flow_respond, flow_start
 from forge.models import FlowEvent, FlowMode, ForgeFlow
-from forge.services import flow_cancel, flow_respond, flow_start
 from runs.errors import InvalidRunParams
 
 from .core import actor_label, gate

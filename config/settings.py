@@ -338,6 +338,24 @@ MOTOR_CREDENTIAL_RESOLVER = (
 MOTOR_EXTRACT_SKILLS = env.bool("MOTOR_EXTRACT_SKILLS", default=True)
 # Celery queue for run slices (empty: the default queue)
 MOTOR_RUN_QUEUE = env.str("MOTOR_RUN_QUEUE", default="")
+# --- SkillForge: deployed MCP servers (forge) ----------------------------------------------------
+# the skill runtime (sandbox/image/runtime.sh builds it): the same path on the host and inside
+MOTOR_SKILL_RUNTIME = env.str("MOTOR_SKILL_RUNTIME", default="/opt/motor-cortex-runtime")
+# dotted path of resolver(*, agent_id, names) -> {name: value}: a deployed server's credentials
+FORGE_CREDENTIAL_RESOLVER = (
+    env.str("FORGE_CREDENTIAL_RESOLVER", default="") or "cognition.selectors.credentials_for_run"
+)
+# seconds one call of a deployed MCP tool may take (a manifest's call_timeout_s wins)
+FORGE_CALL_TIMEOUT_SECONDS = env.float("FORGE_CALL_TIMEOUT_SECONDS", default=60.0)
+# seconds a deployed server may take to start and answer initialize
+FORGE_START_TIMEOUT_SECONDS = env.float("FORGE_START_TIMEOUT_SECONDS", default=30.0)
+# seconds without a call before a worker stops a deployed server
+FORGE_SERVER_IDLE_TIMEOUT_SECONDS = env.float("FORGE_SERVER_IDLE_TIMEOUT_SECONDS", default=600.0)
+# crashes in a row (no successful call between) before a deployed server is marked failed
+FORGE_MAX_CRASHES = env.int("FORGE_MAX_CRASHES", default=3)
+# CPU seconds a deployed server may use in one life (a manifest's cpu_seconds wins)
+FORGE_SERVER_CPU_SECONDS = env.int("FORGE_SERVER_CPU_SECONDS", default=3600)
+
 # seconds without a call before a worker closes a run's warm sandbox session
 MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS = env.int("MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS", default=300)
 # seconds one slice (one Celery task) keeps advancing a run before it re-queues it, so a long run

@@ -23,9 +23,9 @@ from skills.services import Actor
 
 from .bundles import FORGE_SOURCE, BundleRefused, bundle_import, manifest_of
 from .errors import ApprovalRefused, FlowWrongState
+from .flow_services import flow_lock, save_and_record
 from .models import FlowState, ForgeFlow
 from .risk import ApprovalDecision, Needs, approval_decision
-from .services import flow_lock, save_and_record
 from .testing import TestReport
 
 

@@ -44,6 +44,11 @@ class DeployedServer(models.Model):
     version = models.OneToOneField(
         SkillVersion, on_delete=models.CASCADE, related_name="mcp_server"
     )
+    # Given as a string: forge must not import the cognition app (dependency direction).
+    #: the agent whose approved policy the server runs under (its vault supplies credentials)
+    agent = models.ForeignKey(
+        "cognition.Agent", on_delete=models.CASCADE, related_name="mcp_servers"
+    )
     status = models.CharField(
         max_length=16, choices=ServerStatus.choices, default=ServerStatus.DEPLOYED
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 from forge import sandboxing
 from runs.credentials import redact
-from sandbox.mcp import McpClient, McpError, SandboxedProcess
+from sandbox.mcp import McpClient, McpError, McpTimeout, SandboxedProcess
 from sandbox.session import open_session
 from sandbox.types import ConnectionReport, ExecRequest, SandboxError
 from skills.bundle import Bundle, McpManifest
@@ -109,6 +109,9 @@ def probe_server(
         error = schema_problem(tools)
     except SandboxError as exc:
         error = f"the sandbox could not start: {exc}"
+    except McpTimeout as exc:
+        where = "initialize" if "initialize" in str(exc) else "tools/list"
+        error = f"the server did not answer {where} within the probe's limit of {timeout_s:g} s"
     except McpError as exc:
         error = str(exc)
     finally:

@@ -7,8 +7,8 @@ from datetime import timedelta
 from django.db.models import Q
 from django.utils import timezone
 
+from .flow_services import flow_wake
 from .models import WORKER_STATES, FlowState, ForgeFlow
-from .services import flow_wake
 
 #: how long a flow in a worker state may sit without a lease before it is woken, seconds
 STALL_S = 30

@@ -1,274 +1,349 @@
-"""SkillForge services: the only place a flow changes state.
-
-Each service locks the flow row, calls one transition, saves it and writes a `FlowEvent` (the
-audit row), then wakes a worker on commit when the new state has work in it. Keyword-only
-arguments, `actor=` a label ("user:alice", "agent:ops-bot", "worker", "system").
-"""
+"""State changes of deployed MCP servers: deploy (with hot reload), disable, enable, remove, and
+the record of every call (usage counts, crashes, the failing-skill signal)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+from django.utils.module_loading import import_string
 
-from skills.models import Policy, Skill
-
-from . import design
-from .errors import FlowAlreadyRunning, FlowInvalid, FlowNotFound, FlowWrongState
-from .models import WORKER_STATES, FlowEvent, FlowMode, FlowState, ForgeFlow
+from forge.errors import DeployError, ServerStateError
+from forge.models import (
+    LIVE_STATUSES,
+    TOOL_SEPARATOR,
+    DeployedServer,
+    McpTool,
+    ServerStatus,
+)
+from forge.runtime import ServerPlan, pool
+from runs.credentials import redact
+from skills.bundle import McpManifest, parse_manifest
+from skills.bundle.types import SKILL_TOML
+from skills.models import Policy, PolicyStatus, Skill, SkillVersion
 
 logger = logging.getLogger(__name__)
 
-#: most characters of a request
-MAX_REQUEST_CHARS = 4000
-#: most domains / credentials one skill may ask for
-MAX_ITEMS = 20
+#: a skill failing more than this share of its latest calls is signalled to its owner
+FAILING_RATE = 0.3
+#: ... once it has at least this many recorded calls
+FAILING_MIN_CALLS = 10
 
 
-def flow_wake(flow_id: str) -> None:
-    """Queue one slice of the flow. A broker outage is logged; the reaper wakes it later."""
-    from .tasks import forge_advance_task
-
-    try:
-        forge_advance_task.delay(flow_id)
-    except Exception:  # kombu raises several types for an unreachable broker
-        logger.warning("flow %s: the wake-up could not be queued; the reaper will", flow_id)
+def version_files(version: SkillVersion) -> dict[str, bytes]:
+    """The stored files of `version` as ``{path: bytes}``."""
+    return {f.path: bytes(f.data) for f in version.files.all()}
 
 
-def event_record(
-    flow: ForgeFlow, *, from_state: str, actor: str, reason: str = "", **detail: Any
-) -> FlowEvent:
-    """Write the audit row of the flow's move from `from_state` to its current state."""
-    return FlowEvent.objects.create(
-        flow=flow,
-        from_state=from_state,
-        to_state=flow.state,
-        actor=actor,
-        reason=reason,
-        detail=detail,
-    )
+def version_manifest(files: Mapping[str, bytes]) -> McpManifest:
+    """The validated manifest of a stored version; DeployError when it is no MCP skill."""
+    raw = files.get(SKILL_TOML)
+    if raw is None:
+        raise DeployError("the version has no skill.toml: it is not an MCP skill")
+    manifest, problems = parse_manifest(raw, files=files)
+    if manifest is None:
+        raise DeployError("skill.toml is invalid: " + "; ".join(str(p) for p in problems))
+    return manifest
 
 
-def save_and_record(
-    flow: ForgeFlow, *, from_state: str, actor: str, reason: str = "", **detail: Any
-) -> None:
-    """Save a transitioned flow (caller holds its lock), audit it, wake a worker on commit
-    when the new state has work in it. The move ends the slice that made it: the lease is
-    released in the same write, so the next slice may claim at once."""
-    flow.lease_owner = ""
-    flow.lease_expires_at = None
-    flow.save()
-    event_record(flow, from_state=from_state, actor=actor, reason=reason, **detail)
-    if flow.state in WORKER_STATES and not flow.pending_question:
-        flow_id = flow.id
-        transaction.on_commit(lambda: flow_wake(flow_id))
-
-
-def flow_lock(flow_id: str) -> ForgeFlow:
-    flow = ForgeFlow.objects.select_for_update().filter(pk=flow_id).first()
-    if flow is None:
-        raise FlowNotFound(f"No SkillForge flow {flow_id!r}.", details={"flow_id": flow_id})
-    return flow
-
-
-def _clean_list(value: object, *, field: str, valid: Any, example: str) -> list[str] | None:
-    if value is None:
-        return None
-    if not isinstance(value, list) or len(value) > MAX_ITEMS:
-        raise FlowInvalid(
-            f"{field}: must be a list of at most {MAX_ITEMS} items, e.g. [{example!r}].",
-            details={"field": field, "rule": "list"},
+def approving_policy(version: SkillVersion) -> Policy | None:
+    """An approved policy of the version's skill bound to exactly this version's content."""
+    return (
+        Policy.objects.filter(
+            skill_id=version.skill_id,
+            status=PolicyStatus.APPROVED,
+            approved_content_hash=version.content_hash,
         )
-    out: list[str] = []
-    for item in value:
-        if not valid(item):
-            raise FlowInvalid(
-                f"{field}: {str(item)[:80]!r} is not valid (e.g. {example!r}).",
-                details={"field": field, "rule": "format", "value": str(item)[:80]},
-            )
-        if item not in out:
-            out.append(item.lower() if field == "allowed_domains" else item)
-    return out
-
-
-def _validated_request(request: object) -> str:
-    if not isinstance(request, str) or not request.strip():
-        raise FlowInvalid(
-            "request: say what the tool should do.",
-            details={"field": "request", "rule": "required"},
-        )
-    if len(request) > MAX_REQUEST_CHARS:
-        raise FlowInvalid(
-            f"request: at most {MAX_REQUEST_CHARS} characters.",
-            details={"field": "request", "rule": "max_length"},
-        )
-    if "\x00" in request:
-        raise FlowInvalid(
-            "request: must not contain NUL characters.",
-            details={"field": "request", "rule": "storable"},
-        )
-    return request.strip()
-
-
-def _edited_skill(*, agent: Any, skill_name: object) -> Skill:
-    if not isinstance(skill_name, str) or not skill_name:
-        raise FlowInvalid(
-            "skill: name the skill to change.", details={"field": "skill", "rule": "required"}
-        )
-    policy = (
-        Policy.objects.select_related("skill", "skill__current_version")
-        .filter(agent=agent, skill__name=skill_name)
+        .order_by("pk")
         .first()
     )
-    if policy is None or policy.skill.current_version is None:
-        raise FlowNotFound(
-            f"No skill named {skill_name!r} for agent {agent.name!r}.",
-            details={"skill": skill_name},
-        )
-    return policy.skill
 
 
-def flow_start(
-    *,
-    agent: Any,
-    request: object,
-    actor: str,
-    mode: str = FlowMode.CREATE,
-    skill_name: object = "",
-    allowed_domains: object = None,
-    credentials: object = None,
-    requirements: Sequence[str] = (),
-) -> ForgeFlow:
-    """Start a flow for `agent` in designing; a worker asks what is still unknown, then
-    generates. Edit and improve modes change skill `skill_name` (its current files, domains
-    and credentials are the starting point). Raises FlowInvalid (nothing created) for a bad
-    parameter, FlowNotFound for an unknown skill, FlowAlreadyRunning when a flow for that
-    skill has not finished."""
-    text = _validated_request(request)
-    if mode not in FlowMode.values:
-        raise FlowInvalid(
-            f"mode: one of {', '.join(FlowMode.values)}.", details={"field": "mode", "rule": "enum"}
+def credentials_for(agent_id: int, manifest_auth: Mapping[str, str]) -> dict[str, str]:
+    """{server environment variable: value} from the vault (FORGE_CREDENTIAL_RESOLVER). Values
+    live in memory for the spawn only. DeployError names the missing credentials, never a
+    value."""
+    if not manifest_auth:
+        return {}
+    path = str(getattr(settings, "FORGE_CREDENTIAL_RESOLVER", ""))
+    if not path:
+        raise DeployError("no credential resolver is configured (FORGE_CREDENTIAL_RESOLVER)")
+    names = sorted(set(manifest_auth.values()))
+    try:
+        values = dict(import_string(path)(agent_id=agent_id, names=names))
+    except Exception as exc:  # noqa: BLE001 - the text could quote a value: the type only
+        raise DeployError(
+            f"credentials {', '.join(names)} could not be resolved ({type(exc).__name__})"
+        ) from None
+    missing = [name for name in names if not values.get(name)]
+    if missing:
+        raise DeployError(f"credentials not set: {', '.join(missing)}")
+    return {env: values[name] for env, name in manifest_auth.items()}
+
+
+def deploy_version(skill_version: SkillVersion | int, *, actor: str) -> DeployedServer:
+    """Make `skill_version` its skill's deployed MCP server.
+
+    The version must be an MCP skill whose content an approved policy is bound to. Its server is
+    probed first (a throwaway sandbox); then, in one transaction, the previous live row of the
+    skill becomes superseded (its calls in flight drain, no new call reaches it) and the new row
+    and its tools are written. Deploying a version already deployed returns its row (two workers
+    deploying the same version at once end with one row). Raises DeployError."""
+    from forge.probe import probe_server
+
+    version = (
+        skill_version
+        if isinstance(skill_version, SkillVersion)
+        else SkillVersion.objects.filter(pk=skill_version).first()
+    )
+    if version is None:
+        raise DeployError(f"skill version {skill_version} does not exist")
+    existing = DeployedServer.objects.filter(version=version).first()
+    if existing is not None and existing.status in LIVE_STATUSES:
+        return existing
+    files = version_files(version)
+    manifest = version_manifest(files)
+    policy = approving_policy(version)
+    if policy is None:
+        raise DeployError(
+            f"version {version.number} of {version.skill.name} is not approved: no approved "
+            "policy is bound to its content hash"
         )
-    domains = _clean_list(
-        allowed_domains,
-        field="allowed_domains",
-        valid=design.valid_domain,
-        example="api.example.org",
-    )
-    names = _clean_list(
-        credentials,
-        field="credentials",
-        valid=lambda v: isinstance(v, str) and bool(design.CREDENTIAL_NAME.match(v)),
-        example="MYAPP_API_KEY",
-    )
-    base_version = None
-    name = ""
-    if mode != FlowMode.CREATE:
-        skill = _edited_skill(agent=agent, skill_name=skill_name)
-        name, base_version = skill.name, skill.current_version
-        manifest = _current_manifest(base_version)
-        if manifest is None:
-            raise FlowInvalid(
-                f"Skill {name!r} is not an MCP skill (it has no skill.toml); only MCP skills are "
-                "edited by SkillForge.",
-                details={"skill": name, "rule": "not_an_mcp_skill"},
-            )
-        if domains is None:
-            domains = list(manifest.allowed_domains)
-        if names is None:
-            names = list(manifest.credential_names)
-    elif skill_name:
-        raise FlowInvalid(
-            "skill: only an edit or an improvement names an existing skill; a new skill is "
-            "named by its manifest.",
-            details={"field": "skill", "rule": "create_has_no_skill"},
-        )
-    flow = ForgeFlow(
-        agent=agent,
-        mode=mode,
-        request=text,
-        requirements=[str(r)[:500] for r in requirements][:MAX_ITEMS],
-        skill_name=name,
-        allowed_domains=domains,
-        credentials=names,
-        base_version=base_version,
-        started_by=actor[:200],
-    )
+    credentials = credentials_for(policy.agent_id, manifest.auth)
+    allowed = tuple(policy.allowed_domains or manifest.allowed_domains)
+    probe = probe_server(files, manifest, credentials=credentials)
+    if probe.error is not None:
+        raise DeployError(f"the server failed its probe: {probe.error}")
+    limits = manifest.sandbox.to_dict()
     try:
         with transaction.atomic():
-            flow.save(force_insert=True)
-            event_record(flow, from_state="", actor=actor, reason=f"{mode}: {text[:200]}")
-            flow_id = flow.id
-            transaction.on_commit(lambda: flow_wake(flow_id))
-    except IntegrityError as exc:
-        running = ForgeFlow.objects.filter(skill_name=name).exclude(
-            state__in=[FlowState.COMPLETE, FlowState.FAILED]
-        )
-        other = running.values_list("id", flat=True).first()
-        if other is None:
-            raise
-        raise FlowAlreadyRunning(
-            f"Skill {name!r} already has a SkillForge flow in progress ({other}); wait for it to "
-            "finish or cancel it before changing the skill again.",
-            details={"skill": name, "flow_id": other, "rule": "one_flow_per_skill"},
-        ) from exc
-    logger.info("forge flow %s started (%s) for agent %s by %s", flow.id, mode, agent.name, actor)
-    return flow
-
-
-def _current_manifest(version: Any) -> Any:
-    from .bundles import manifest_of_version
-
-    return manifest_of_version(version)
-
-
-def flow_respond(*, flow_id: str, answer: object, actor: str) -> ForgeFlow:
-    """Answer the flow's pending question. An answer that cannot be read keeps the question
-    and raises FlowInvalid saying what it needs (nothing changed)."""
-    if not isinstance(answer, str) or not answer.strip():
-        raise FlowInvalid(
-            "answer: must not be empty.", details={"field": "answer", "rule": "required"}
-        )
-    with transaction.atomic():
-        flow = flow_lock(flow_id)
-        if flow.state != FlowState.DESIGNING or not flow.pending_question:
-            raise FlowWrongState(
-                f"flow {flow_id} is {flow.state} and asks nothing; only a pending question takes "
-                "an answer.",
-                details={"state": flow.state, "rule": "no_pending_question"},
+            Skill.objects.select_for_update().get(pk=version.skill_id)
+            existing = DeployedServer.objects.filter(version=version).first()
+            if existing is not None and existing.status in LIVE_STATUSES:
+                return existing
+            DeployedServer.objects.filter(
+                skill_id=version.skill_id, status__in=LIVE_STATUSES
+            ).update(status=ServerStatus.SUPERSEDED, updated_at=timezone.now())
+            if existing is not None:
+                existing.delete()  # a superseded or removed row of this version comes back
+            server = DeployedServer.objects.create(
+                skill_id=version.skill_id,
+                version=version,
+                agent_id=policy.agent_id,
+                status=ServerStatus.DEPLOYED,
+                content_hash=version.content_hash,
+                allowed_domains=list(allowed),
+                credentials=dict(manifest.auth),
+                limits=limits,
+                deployed_by=actor,
             )
-        topic = flow.pending_topic
-        try:
-            if topic == design.DOMAINS:
-                flow.allowed_domains = design.parse_domains(answer)
-            else:
-                flow.credentials = design.parse_credentials(answer)
-        except design.AnswerUnclear as exc:
-            raise FlowInvalid(
-                str(exc), details={"field": "answer", "rule": f"{topic}_answer"}
-            ) from exc
-        previous = flow.state
-        flow.answer()
-        # The answer itself is not audited: only what was read from it (names, hosts).
-        read = flow.allowed_domains if topic == design.DOMAINS else flow.credentials
-        save_and_record(
-            flow, from_state=previous, actor=actor, reason=f"answered {topic}", read=read
-        )
-    return flow
-
-
-def flow_cancel(*, flow_id: str, actor: str, reason: str = "cancelled by request") -> ForgeFlow:
-    """End an unfinished flow as failed; a finished one raises FlowWrongState."""
-    with transaction.atomic():
-        flow = flow_lock(flow_id)
-        if flow.terminal:
-            raise FlowWrongState(
-                f"flow {flow_id} is already {flow.state}.",
-                details={"state": flow.state, "rule": "finished"},
+            McpTool.objects.bulk_create(
+                McpTool(
+                    server=server,
+                    name=tool.name,
+                    qualified_name=f"{version.skill.name}{TOOL_SEPARATOR}{tool.name}",
+                    description=tool.description,
+                    input_schema=tool.input_schema,
+                    semantics=manifest.semantics_of(tool.name),
+                )
+                for tool in probe.tools
             )
-        previous = flow.state
-        flow.fail(error=reason, message=f"SkillForge stopped: {reason}.")
-        save_and_record(flow, from_state=previous, actor=actor, reason=reason)
-    return flow
+            transaction.on_commit(_tools_changed)
+    except IntegrityError:
+        # another worker deployed the same skill in the meantime: its row stands
+        winner = DeployedServer.objects.filter(version=version).first()
+        if winner is not None:
+            return winner
+        raise DeployError("another deployment of this skill won; try again") from None
+    logger.info(
+        "deployed %s v%s as an MCP server (%s tools)",
+        version.skill.name,
+        version.number,
+        len(probe.tools),
+    )
+    return server
+
+
+def _set_status(
+    skill: Skill | int, status: str, *, allowed_from: tuple[str, ...]
+) -> DeployedServer:
+    skill_id = skill.pk if isinstance(skill, Skill) else skill
+    with transaction.atomic():
+        server = (
+            DeployedServer.objects.select_for_update()
+            .filter(skill_id=skill_id, status__in=LIVE_STATUSES)
+            .first()
+        )
+        if server is None:
+            raise ServerStateError("the skill has no deployed MCP server")
+        if server.status not in allowed_from:
+            raise ServerStateError(f"the server is {server.status}; it cannot become {status}")
+        server.status = status
+        if status == ServerStatus.DEPLOYED:
+            server.crash_count = 0
+            server.failure = ""
+        server.save(update_fields=["status", "crash_count", "failure", "updated_at"])
+        transaction.on_commit(_tools_changed)
+    pool.stop(server.pk) if status != ServerStatus.DEPLOYED else None
+    return server
+
+
+def server_disable(skill: Skill | int, *, actor: str) -> DeployedServer:
+    """Stop offering the skill's tools and stop its server; its files stay."""
+    return _set_status(
+        skill, ServerStatus.DISABLED, allowed_from=(ServerStatus.DEPLOYED, ServerStatus.FAILED)
+    )
+
+
+def server_enable(skill: Skill | int, *, actor: str) -> DeployedServer:
+    """Offer a disabled (or failed) server's tools again; it starts on the next call."""
+    return _set_status(
+        skill, ServerStatus.DEPLOYED, allowed_from=(ServerStatus.DISABLED, ServerStatus.FAILED)
+    )
+
+
+def undeploy(skill: Skill | int, *, actor: str, reason: str = "") -> None:
+    """Remove the skill's MCP server: its tools are no longer offered, its server stops on
+    every worker (at the next call or reaper pass). The rows stay as history (removed)."""
+    skill_id = skill.pk if isinstance(skill, Skill) else skill
+    with transaction.atomic():
+        servers = list(
+            DeployedServer.objects.select_for_update().filter(
+                skill_id=skill_id, status__in=LIVE_STATUSES
+            )
+        )
+        for server in servers:
+            server.status = ServerStatus.REMOVED
+            server.failure = reason or server.failure
+            server.save(update_fields=["status", "failure", "updated_at"])
+        transaction.on_commit(_tools_changed)
+    for server in servers:
+        pool.stop(server.pk)
+
+
+def _tools_changed() -> None:
+    from forge.registry import tools_sync
+
+    tools_sync()
+
+
+# ---------------------------------------------------------------------------- the runtime side
+
+
+def server_plan(server: DeployedServer) -> ServerPlan:
+    """What a worker needs to start `server` (credentials resolved now, in memory only)."""
+    files = version_files(server.version)
+    manifest = version_manifest(files)
+    return ServerPlan(
+        server_id=server.pk,
+        files=files,
+        manifest=manifest,
+        allowed_domains=tuple(server.allowed_domains),
+        limits=dict(server.limits),
+        credentials=credentials_for(server.agent_id, server.credentials),
+    )
+
+
+def server_record_crash(
+    server_id: int, *, message: str, stderr_tail: str, secrets: Mapping[str, str]
+) -> bool:
+    """Count a crash of `server_id`'s server; after FORGE_MAX_CRASHES in a row the row becomes
+    failed with how it ended and its stderr tail (credential values replaced). Returns True
+    when it failed now."""
+    limit = int(getattr(settings, "FORGE_MAX_CRASHES", 3))
+    with transaction.atomic():
+        server = DeployedServer.objects.select_for_update().filter(pk=server_id).first()
+        if server is None:
+            return False
+        server.crash_count += 1
+        failed = server.crash_count >= limit and server.status == ServerStatus.DEPLOYED
+        fields = ["crash_count", "updated_at"]
+        if failed:
+            server.status = ServerStatus.FAILED
+            server.failure = redact(f"{message}\n{stderr_tail}".strip(), dict(secrets))[-8000:]
+            fields += ["status", "failure"]
+            transaction.on_commit(_tools_changed)
+        server.save(update_fields=fields)
+    return failed
+
+
+def tool_record_call(tool_id: int, *, ok: bool, error: str = "") -> None:
+    """Count one call of a tool (and its server's latest outcomes); when the skill now fails
+    more than FAILING_RATE of at least FAILING_MIN_CALLS latest calls, its owner gets one
+    `skill_failing` signal for the streak (the improvement flow is theirs to start)."""
+    from runs.outbox import signal_emit
+
+    with transaction.atomic():
+        tool = (
+            McpTool.objects.select_for_update()
+            .select_related("server", "server__skill")
+            .get(pk=tool_id)
+        )
+        server = DeployedServer.objects.select_for_update().get(pk=tool.server_id)
+        tool.calls += 1
+        tool.last_called_at = timezone.now()
+        if not ok:
+            tool.failures += 1
+            tool.last_error = error[:2000]
+        tool.save(update_fields=["calls", "failures", "last_error", "last_called_at"])
+        from forge.models import RECENT_CALLS
+
+        server.recent = (server.recent + ("1" if ok else "0"))[-RECENT_CALLS:]
+        fields = ["recent", "updated_at"]
+        if ok and server.crash_count:
+            server.crash_count = 0
+            fields.append("crash_count")
+        rate = server.failure_rate or 0.0
+        if len(server.recent) >= FAILING_MIN_CALLS and rate > FAILING_RATE:
+            if server.failing_signalled_at is None:
+                server.failing_signalled_at = timezone.now()
+                fields.append("failing_signalled_at")
+                signal_emit(
+                    agent_id=server.agent_id,
+                    kind="skill_failing",
+                    payload={
+                        "skill": tool.server.skill.name,
+                        "version": server.version_id,
+                        "failure_rate": round(rate, 3),
+                        "calls": len(server.recent),
+                        "last_error": tool.last_error[:500],
+                        "offer": "improve",
+                    },
+                )
+        elif server.failing_signalled_at is not None and rate <= FAILING_RATE:
+            server.failing_signalled_at = None
+            fields.append("failing_signalled_at")
+        server.save(update_fields=fields)
+
+
+def current_server_ids(candidates: set[int]) -> set[int]:
+    """Which of `candidates` are still deployed (the pool's reaper asks; its thread's
+    connection is closed again)."""
+    try:
+        return set(
+            DeployedServer.objects.filter(
+                pk__in=candidates, status=ServerStatus.DEPLOYED
+            ).values_list("pk", flat=True)
+        )
+    finally:
+        connection.close()
+
+
+def server_summary(server: DeployedServer) -> dict[str, Any]:
+    """A server as the API and the admin list it."""
+    rate = server.failure_rate
+    return {
+        "skill": server.skill.name,
+        "version": server.version.number,
+        "status": server.status,
+        "tool_count": server.tools.count(),
+        "failure_rate": round(rate, 3) if rate is not None else None,
+        "failure": server.failure,
+        "allowed_domains": list(server.allowed_domains),
+        "credentials": sorted(set(server.credentials.values())),
+        "deployed_at": server.created_at.isoformat(),
+    }

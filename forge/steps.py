@@ -26,9 +26,9 @@ from skills.approval import domain_covered
 from . import design, generation
 from .approving import after_tests_passed
 from .bundles import BundleRefused, bundle_check, manifest_of, version_texts
+from .flow_services import save_and_record
 from .lease import FlowLease, FlowLeaseLost, flow_claim, flow_fence, flow_release
 from .models import MAX_ATTEMPTS, FlowState, ForgeFlow
-from .services import save_and_record
 from .testing import TestReport, bundle_test
 
 logger = logging.getLogger(__name__)

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from forge.flow_services import flow_start
 from forge.models import FlowEvent, FlowState, ForgeFlow
-from forge.services import flow_start
 from tests.fixtures.llm import reply_text
-from tests.forge.skillfiles import answer, skill_files
+from tests.forge.flow.skillfiles import answer, skill_files
 from tests.runs.faults import database_url, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -6,11 +6,11 @@ import pytest
 
 from forge.bundles import bundle_import
 from forge.errors import FlowAlreadyRunning, FlowInvalid, FlowNotFound, FlowWrongState
+from forge.flow_services import flow_respond, flow_start
 from forge.models import FlowEvent, FlowState, ForgeFlow
-from forge.services import flow_respond, flow_start
 from skills.services import Actor
 from tests.fixtures.llm import reply_text
-from tests.forge.skillfiles import answer, fetch_skill, skill_files
+from tests.forge.flow.skillfiles import answer, fetch_skill, skill_files
 
 pytestmark = pytest.mark.django_db
 

@@ -7,12 +7,12 @@ import pytest
 
 from forge.approving import flow_approve
 from forge.errors import ApprovalRefused
+from forge.flow_services import flow_start
 from forge.models import FlowEvent, FlowState, ForgeFlow
-from forge.services import flow_start
 from skills.models import AuditAction, PolicyAuditEvent, PolicyStatus, VersionProbe
 from skills.services import Actor
 from tests.fixtures.llm import reply_text
-from tests.forge.skillfiles import FAILING_TEST, answer, fetch_skill, skill_files
+from tests.forge.flow.skillfiles import FAILING_TEST, answer, fetch_skill, skill_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 

@@ -11,7 +11,7 @@ from forge.bundles import bundle_import
 from skills.models import Policy
 from skills.probes import version_probe_record
 from skills.services import Actor
-from tests.forge.skillfiles import ADD_TOOL, skill_files
+from tests.forge.flow.skillfiles import ADD_TOOL, skill_files
 
 pytestmark = pytest.mark.django_db
 

@@ -12,7 +12,7 @@ from forge.generation import (
     parse_answer,
     system_prompt,
 )
-from tests.forge.skillfiles import answer, skill_files
+from tests.forge.flow.skillfiles import answer, skill_files
 
 
 def test_an_answer_with_the_four_blocks_gives_the_four_files_exactly():
