@@ -14,7 +14,7 @@ from skills.services import Actor
 from tests.fixtures.llm import reply_text
 from tests.forge.flow.skillfiles import FAILING_TEST, answer, fetch_skill, skill_files
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def _start(agent, **kw) -> ForgeFlow:
@@ -73,8 +73,8 @@ def test_a_pure_computation_skill_is_auto_approved_only_at_an_allowing_trust_lev
     scripted_llm.add(reply_text(answer(skill_files())))
     # when its flow passes the tests
     flow = drive(_start(agent))
-    # then it was approved without a person, on the rule, and moved on to deploying
-    assert flow.state in (FlowState.DEPLOYING, FlowState.COMPLETE, FlowState.FAILED)
+    # then it was approved without a person, on the rule, and deployed
+    assert (flow.state, flow.message) == (FlowState.COMPLETE, "✓ adder ready. 1 tool(s): add")
     assert flow.approval["approved_by"] == "auto (rule pure_computation)"
     policy = flow.skill_version.skill.policies.get()
     assert (policy.status, policy.approved_by) == (PolicyStatus.APPROVED, None)
@@ -133,5 +133,5 @@ def test_a_credential_skill_needs_explicit_approval_then_waits_for_the_vault(
     assert "PUT /api/v1/credentials/<name>/" in flow.message
     credential_set(agent=agent, name="MYAPP_TOKEN", value="tok-123-secret", actor=olivia)
     flow = drive(flow)
-    assert flow.state in (FlowState.DEPLOYING, FlowState.COMPLETE, FlowState.FAILED)
+    assert flow.state == FlowState.COMPLETE
     assert "tok-123-secret" not in str(list(FlowEvent.objects.filter(flow=flow).values()))
