@@ -87,6 +87,12 @@ _ON_TRIGGER: dict[str, str] = {
     "schedule": (
         "A scheduled run of a skill did not start. Tell the user why and what would fix it."
     ),
+    "skill_failing": (
+        "A deployed skill fails often. Tell the user its failure rate and last error, and offer "
+        "to improve it with SkillForge (a new version, tested and approved like any other; "
+        "nothing is deployed by itself). Start it (core_skill improve, name, request naming the "
+        "error) only when the user says yes in a later message; you cannot on this turn."
+    ),
 }
 
 
@@ -186,7 +192,9 @@ def trigger_instructions(*, trigger: str, wake: dict[str, Any] | None) -> str:
     """What the brain should do about the signal that woke it (empty on a user message)."""
     if trigger == TurnTrigger.USER_MESSAGE or not wake:
         return ""
-    if trigger == TurnTrigger.SCHEDULE:
+    if wake.get("kind") == "skill_failing":
+        key = "skill_failing"
+    elif trigger == TurnTrigger.SCHEDULE:
         key = "schedule"
     else:
         status = str(wake.get("status", ""))
