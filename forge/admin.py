@@ -113,3 +113,7 @@ class DeployedServerAdmin(admin.ModelAdmin):
             services.undeploy(skill_id, actor=actor, reason=f"removed by {actor}")
 
         self._apply(request, queryset, remove, "removed")
+
+
+# The SkillForge flows' console (one job per file); importing it registers it.
+from forge import admin_flows  # noqa: E402, F401
