@@ -82,6 +82,9 @@ def limits_for(proposal: Mapping[str, Any]) -> Limits:
             proposal.get("cpu_seconds") or getattr(settings, "FORGE_SERVER_CPU_SECONDS", 3600)
         ),
         workspace_bytes=WORKSPACE_BYTES,
+        # the workspace holds only the FIFOs: measuring it once a second keeps an idle server
+        # at ~0 CPU (FSIZE already caps any file it writes there at the 1 MiB quota)
+        quota_interval_s=1.0,
         # the session is closed by its owner (forge.runtime), never by the sandbox's reaper
         idle_timeout_s=365 * 24 * 3600.0,
     )

@@ -83,6 +83,9 @@ class Limits:
     cpu_seconds: int = 600
     default_timeout_s: float = 60.0
     idle_timeout_s: float = 900.0
+    #: seconds between two measurements of the workspace during a command (quota); a
+    #: long-lived server whose workspace holds only its FIFOs is measured less often
+    quota_interval_s: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)

@@ -340,6 +340,7 @@ class BwrapBackend:
                 "output_bytes": limits.output_bytes,
                 "workspace_bytes": limits.workspace_bytes,
                 "default_timeout_s": limits.default_timeout_s,
+                "quota_interval_s": limits.quota_interval_s,
             },
             "env": env,
             "workspace": "/workspace",

@@ -179,6 +179,8 @@ class Config:
         self.output_bytes = 32 * 1024
         self.workspace_bytes = 256 * 1024 * 1024
         self.default_timeout_s = 60.0
+        #: seconds between two measurements of the workspace while a command runs
+        self.quota_interval_s = 0.05
         self.env: dict[str, str] = {}
         self.workspace = "/workspace"
         self.sweep = True
@@ -252,6 +254,15 @@ def parse_config(raw: object) -> Config:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ProtocolError("limits.default_timeout_s must be a positive number")
         config.default_timeout_s = float(timeout)
+    if "quota_interval_s" in limits:
+        interval = limits["quota_interval_s"]
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, int | float)
+            or not (0.01 <= interval <= 60)
+        ):
+            raise ProtocolError("limits.quota_interval_s must be a number from 0.01 to 60")
+        config.quota_interval_s = float(interval)
     config.env = _str_map(raw.get("env"), "config.env")
     workspace = raw.get("workspace", config.workspace)
     if not isinstance(workspace, str) or not workspace.startswith("/"):

@@ -291,7 +291,7 @@ class Runner(FileServing):
         if self._host_fd is not None:
             sel.register(self._host_fd, _READ, "host")
         deadline = started + spec.timeout_s
-        scan_interval = 0.05
+        scan_interval = self.config.quota_interval_s
         # no quota, no scans: nothing is due before the deadline (see `_await_answer`)
         next_scan = started + scan_interval if self.config.workspace_bytes else float("inf")
         exited = False
@@ -323,7 +323,9 @@ class Runner(FileServing):
                     killed_by_us = True
                     kill_all()
                 # scanning a big workspace must not eat the call's time: back off
-                scan_interval = max(0.05, 4 * (time.monotonic() - scan_started))
+                scan_interval = max(
+                    self.config.quota_interval_s, 4 * (time.monotonic() - scan_started)
+                )
                 next_scan = time.monotonic() + scan_interval
             if not exited and proc.poll() is not None:
                 exited = True

@@ -13,7 +13,6 @@ ends with it.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import errno
 import json
@@ -72,37 +71,39 @@ class CallOutcome:
 class McpClient:
     """Talks MCP to one `SandboxedProcess`. `connect` does ``initialize``; `list_tools` and
     `call_tool` block the calling thread up to their timeout. `close` ends the connection (not
-    the process)."""
+    the process).
+
+    The event loop has no thread of its own: each call runs it in the calling thread until its
+    answer is in (calls are serialised). Between calls nothing runs on the host, whatever the
+    server writes waits in its FIFO, and a warm call costs no hand-over between threads."""
 
     def __init__(self, process: SandboxedProcess) -> None:
         self.process = process
         self.protocol_error: str | None = None
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="mcp-client", daemon=True
-        )
+        self._lock = threading.Lock()
         self._session: ClientSession | None = None
         self._stop: asyncio.Event | None = None
-        self._runner: concurrent.futures.Future[None] | None = None
+        self._runner: asyncio.Task[None] | None = None
         self._closed = False
-        self._thread.start()
 
     # ------------------------------------------------------------------ sync facade
 
-    def _submit(self, coro: Coroutine[Any, Any, T], timeout_s: float) -> T:
-        if self._closed:
-            coro.close()
-            raise McpError("the connection to the server is closed")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return future.result(timeout=timeout_s)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise McpTimeout(f"the server did not answer within {timeout_s:g} s") from None
-        except McpError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - every failure of the exchange is an McpError
-            raise McpError(self._explain(exc)) from exc
+    def _run(self, coro: Coroutine[Any, Any, T], timeout_s: float, what: str) -> T:
+        with self._lock:
+            if self._closed:
+                coro.close()
+                raise McpError("the connection to the server is closed")
+            try:
+                return self._loop.run_until_complete(asyncio.wait_for(coro, timeout_s))
+            except TimeoutError:
+                raise McpTimeout(
+                    f"the server did not answer {what} within {timeout_s:g} s"
+                ) from None
+            except McpError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure of the exchange is an McpError
+                raise McpError(self._explain(exc)) from exc
 
     def _explain(self, exc: BaseException) -> str:
         if self.protocol_error is not None:
@@ -113,45 +114,36 @@ class McpClient:
 
     def connect(self, timeout_s: float) -> types.InitializeResult:
         """Open the session and do the ``initialize`` handshake."""
-        ready: concurrent.futures.Future[types.InitializeResult] = concurrent.futures.Future()
-        self._runner = asyncio.run_coroutine_threadsafe(self._serve(ready), self._loop)
-        try:
-            return ready.result(timeout=timeout_s)
-        except concurrent.futures.TimeoutError:
-            raise McpTimeout(
-                f"the server did not answer initialize within {timeout_s:g} s"
-            ) from None
-        except McpError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise McpError(self._explain(exc)) from exc
+        ready: asyncio.Future[types.InitializeResult] = self._loop.create_future()
+        self._runner = self._loop.create_task(self._serve(ready))
+        return self._run(_wait(ready), timeout_s, "initialize")
 
     def list_tools(self, timeout_s: float) -> list[ToolInfo]:
         """``tools/list``, following pagination."""
-        return self._submit(self._list_tools(), timeout_s)
+        return self._run(self._list_tools(), timeout_s, "tools/list")
 
     def call_tool(self, name: str, arguments: dict[str, Any], timeout_s: float) -> CallOutcome:
         """``tools/call``."""
-        return self._submit(self._call_tool(name, arguments), timeout_s)
+        return self._run(self._call_tool(name, arguments), timeout_s, f"tools/call {name}")
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        stop = self._stop
-        if stop is not None:
-            self._loop.call_soon_threadsafe(stop.set)
-        if self._runner is not None:
-            with contextlib.suppress(Exception):
-                self._runner.result(timeout=5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
-        if not self._thread.is_alive():
-            self._loop.close()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self._stop is not None:
+                    self._stop.set()
+                if self._runner is not None and not self._runner.done():
+                    with contextlib.suppress(BaseException):
+                        self._loop.run_until_complete(asyncio.wait_for(self._runner, 5))
+            finally:
+                with contextlib.suppress(Exception):
+                    self._loop.close()
 
     # ------------------------------------------------------------------ async side
 
-    async def _serve(self, ready: concurrent.futures.Future[types.InitializeResult]) -> None:
+    async def _serve(self, ready: asyncio.Future[types.InitializeResult]) -> None:
         self._stop = asyncio.Event()
         try:
             async with self._transport() as (read_stream, write_stream):
@@ -160,7 +152,7 @@ class McpClient:
                     self._session = session
                     ready.set_result(result)
                     await self._stop.wait()
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
+        except Exception as exc:  # noqa: BLE001 - handed to whoever waits
             if not ready.done():
                 ready.set_exception(exc)
         finally:
@@ -285,6 +277,10 @@ class McpClient:
                 with contextlib.suppress(Exception):
                     loop.remove_reader(out_fd)
                 group.cancel_scope.cancel()
+
+
+async def _wait(future: asyncio.Future[T]) -> T:
+    return await future
 
 
 async def _write_all(fd: int, data: bytes) -> None:

@@ -66,3 +66,43 @@ def test_a_worker_killed_in_a_state_leaves_the_flow_to_the_redelivered_slice(
         ("generating", "testing"),
         ("testing", "awaiting_approval"),
     ]
+
+
+@pytest.mark.parametrize("boundary", ["forge_acquiring_credentials", "forge_deploying"])
+def test_a_worker_killed_after_approval_still_deploys_the_version_once(
+    agent, olivia, processes, llm_stub_server, tmp_path: Path, boundary
+):
+    from cognition.services import credential_set
+    from forge.approving import flow_approve
+    from forge.models import DeployedServer
+    from skills.services import Actor
+
+    # given a credential skill whose credential is already in the vault, and a worker that
+    # SIGKILLs itself (once) at `boundary`
+    credential_set(agent=agent, name="ADDER_TOKEN", value="t0k-never-shown", actor=olivia)
+    files = skill_files(auth={"ADDER_TOKEN": "ADDER_TOKEN"})
+    llm_stub_server.add(reply_text(answer(files)))
+    marker = tmp_path / "crashed"
+    processes.worker(
+        broker=settings.CELERY_BROKER_URL,
+        database=database_url(),
+        pool="prefork",
+        concurrency=1,
+        MOTOR_TEST_CRASH_AT=f"{boundary}:{marker}",
+    )
+    flow = flow_start(
+        agent=agent, request="add", actor="t", allowed_domains=[], credentials=["ADDER_TOKEN"]
+    )
+    wait_for(lambda: _state(flow.id) == FlowState.AWAITING_APPROVAL, "the approval", 150)
+    # when the owner approves it
+    flow_approve(flow_id=flow.id, actor=Actor.from_user(olivia))
+    # then the killed slice's work was redone by the redelivered one, and the flow completed
+    wait_for(lambda: _state(flow.id) == FlowState.COMPLETE, "completion", 150)
+    assert marker.exists()
+    assert DeployedServer.objects.filter(version__skill__name="adder").count() == 1
+    moves = list(FlowEvent.objects.filter(flow=flow).values_list("from_state", "to_state"))
+    assert moves[-3:] == [
+        ("awaiting_approval", "acquiring_credentials"),
+        ("acquiring_credentials", "deploying"),
+        ("deploying", "complete"),
+    ]
