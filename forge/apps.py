@@ -16,4 +16,9 @@ class ForgeConfig(AppConfig):
 
         # deployed MCP tools are registered in each process on demand (runs.tools)
         tool_source_register(tools_sync)
+        # every new MCP skill version, imported or generated, is probed for its review
+        from forge.version_probe import on_version_installed
+        from skills.signals import version_installed
+
+        version_installed.connect(on_version_installed, dispatch_uid="forge-version-probe")
         pool.is_current = current_server_ids

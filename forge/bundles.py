@@ -32,7 +32,7 @@ class BundleRefused(ValueError):
     """Generated files that are not a valid skill; the message lists each file and rule."""
 
 
-def manifest_of(files: Mapping[str, str]) -> McpManifest:
+def manifest_of(files: Mapping[str, str] | Mapping[str, bytes]) -> McpManifest:
     """The validated manifest of generated files; BundleRefused naming every problem."""
     manifest, problems = parse_manifest(files.get(MANIFEST, ""), files=files)
     if manifest is None:
@@ -58,8 +58,11 @@ def version_texts(version: SkillVersion) -> dict[str, str]:
     return out
 
 
-def as_bytes(files: Mapping[str, str]) -> dict[str, bytes]:
-    return {path: text.encode("utf-8") for path, text in files.items()}
+def as_bytes(files: Mapping[str, str] | Mapping[str, bytes]) -> dict[str, bytes]:
+    return {
+        path: data if isinstance(data, bytes) else data.encode("utf-8")
+        for path, data in files.items()
+    }
 
 
 def bundle_check(files: Mapping[str, str], *, expected_name: str = "") -> bundle_lib.Bundle:

@@ -29,3 +29,13 @@ def forge_reap_task() -> list[str]:
     from forge.reaper import forge_reap
 
     return forge_reap()
+
+
+@shared_task(
+    name="forge.probe_version", acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def forge_probe_version_task(version_id: int) -> str:
+    """Probe a new MCP skill version for its review (idempotent: a probed version is skipped)."""
+    from forge.version_probe import version_probe
+
+    return version_probe(version_id=version_id)

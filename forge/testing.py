@@ -36,7 +36,9 @@ class TestReport:
         return f"{self.stage} failed:\n{self.output}"
 
 
-def bundle_test(files: Mapping[str, str], *, limit_s: float = TEST_LIMIT_S) -> TestReport:
+def bundle_test(
+    files: Mapping[str, str] | Mapping[str, bytes], *, limit_s: float = TEST_LIMIT_S
+) -> TestReport:
     """Run the bundle's tests, then ``initialize`` + ``tools/list`` against its server, in
     ephemeral sandboxes egressing to the manifest's proposed domains, within `limit_s` overall."""
     from .bundles import BundleRefused, as_bytes, manifest_of
