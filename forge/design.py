@@ -34,7 +34,9 @@ _HOST = re.compile(
 )
 #: a vault entry name (cognition.vault's pattern: letters, digits, underscores, a letter first)
 CREDENTIAL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
-_CREDENTIAL_WORD = re.compile(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b|\b[A-Z]{2,}[A-Z0-9]*\b")
+# Upper-case names with underscores (MYAPP_API_KEY) or letters only (TOKEN): a pasted secret,
+# mixed case or a run of letters and digits, is never taken for a name (nor stored).
+_CREDENTIAL_WORD = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|\b[A-Z]{2,}\b")
 
 
 class AnswerUnclear(ValueError):

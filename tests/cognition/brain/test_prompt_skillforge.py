@@ -110,3 +110,18 @@ def test_the_user_starts_one_through_the_brains_tool(conversation):
     assert result["ok"] is True, result
     assert result["result"]["state"] == "designing"
     assert ForgeFlow.objects.get().started_by == "api:olivia"
+
+
+def test_a_failing_skill_event_reads_as_such():
+    from cognition.brain.services import _event_text
+
+    facts = {
+        "kind": "skill_failing",
+        "skill": "uptime-checker",
+        "failure_rate": 0.4,
+        "calls": 20,
+        "last_error": "ConnectTimeout",
+    }
+    assert _event_text(facts) == (
+        "Skill 'uptime-checker' failed 40% of its last 20 calls (last error: ConnectTimeout)."
+    )

@@ -44,9 +44,10 @@ def test_credential_names_are_read_never_values(answer, names):
     assert parse_credentials(answer) == names
 
 
-def test_a_value_instead_of_a_name_is_unclear():
+@pytest.mark.parametrize("secret", ["here it is: sk-live-abc123", "AKIA4F7QX2LMN8ZP", "ghp_x9Y"])
+def test_a_value_instead_of_a_name_is_unclear(secret):
     with pytest.raises(AnswerUnclear, match="Never the value itself"):
-        parse_credentials("here it is: sk-live-abc123")
+        parse_credentials(secret)
 
 
 def test_the_questions_come_in_order_until_both_are_known():
