@@ -28,6 +28,13 @@ GATED_ACTIONS = frozenset(
         # the skill cortex: taking a released skill up again, keeping one long-term
         "skill.take_up",
         "skill.retain",
+        # SkillForge: a flow starts, takes an answer and is deployed only on a person's word.
+        "skill.create",
+        "skill.edit",
+        "skill.improve",
+        "skill.forge_answer",
+        "skill.forge_deploy",
+        "skill.forge_decline",
         "task.respond",
         "task.approve",
         "task.reject",

@@ -24,6 +24,7 @@ from skills.selectors import policy_detail
 from skills.services import Actor
 
 from .core import _SKILL_NAME, gate, skill_actor
+from .core_forge import FORGE_ACTIONS, core_forge
 from .errors import SkillShared
 from .models import Agent
 from .principals import Principal
@@ -47,6 +48,7 @@ SKILL_ACTIONS = (
     "plan",
     "take_up",
     "retain",
+    *FORGE_ACTIONS,
 )
 
 
@@ -176,18 +178,31 @@ def core_skill(
     query: str | None = None,
     acquisition: Any = None,
     keep: Any = None,
+    **forge: Any,
 ) -> dict[str, Any]:
     """core.skill: list, search (ranked by the skill index), describe (the whole SKILL.md),
     review, approve, reject, update, delete, import (mutations gated); find (candidates from
     the skill sources, with their review) and, gated, acquire (install and approve one on the
     user's yes); the cortex's perceive (query: the task), plan (name, query) and, gated, take_up
     (a released skill, for a use the user confirmed) and retain (keep: the user's answer to the
-    retention suggestion)."""
+    retention suggestion); and SkillForge's create, edit, improve, flows, flow, answer, deploy,
+    decline, cancel (`forge`: request, flow_id, answer, domains, credentials, confirm_domains;
+    see cognition.core_forge)."""
     from .selectors import skills_for_agent
 
     if action not in SKILL_ACTIONS:
         raise InvalidRunParams(
             f"action: {action!r} is not one of {', '.join(SKILL_ACTIONS)}", field="action"
+        )
+    if action in FORGE_ACTIONS:
+        return core_forge(
+            principal=principal,
+            agent=agent,
+            action=action,
+            trigger=trigger,
+            name=name,
+            note=note,
+            **forge,
         )
     if action == "list":
         if status is not None and status not in PolicyStatus.values:

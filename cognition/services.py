@@ -12,6 +12,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from forge.reaper import flows_credentials_set
+
 from . import vault
 from .errors import CredentialNotFound
 from .models import (
@@ -133,6 +135,7 @@ def credential_set(
         credential.save()
         agent_id, label = agent.pk, _actor_label(actor)
         transaction.on_commit(lambda: resume_runs_waiting_for_credentials(agent_id, actor=label))
+        transaction.on_commit(lambda: flows_credentials_set(agent_id))
     logger.info(
         "credential %s: agent=%s name=%s value=%s actor=%s",
         "created" if created else "replaced",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from forge.errors import ForgeError
 from runs.errors import RunError
 from runs.models import (
     DEFAULT_MAX_ITERATIONS,
@@ -145,8 +146,14 @@ _SCHEMAS: list[dict[str, Any]] = [
         "query). find: when no installed skill fits, search the configured skill sources "
         "(query: 3-5 English keywords) for at most 3 candidates with their review findings and "
         "an acquisition number. acquire: install and approve one candidate (acquisition, name; "
-        "fields.tools narrows what the approval grants) on the user's yes. approve, reject, update (policy fields), delete, take_up (a "
-        "released skill), retain (keep) and acquire need the user's consent.",
+        "fields.tools narrows what the approval grants) on the user's yes. approve, reject, "
+        "update (policy fields), delete, take_up (a released skill), retain (keep) and acquire "
+        "need the user's consent. SkillForge builds a new tool as a "
+        "sandboxed MCP server: create (request; domains and credentials when known), edit or "
+        "improve an existing one (name, request); flows / flow (flow_id) show progress; answer "
+        "(flow_id, answer) replies to the flow's question; deploy (flow_id, confirm_domains "
+        "when asked) approves it; decline and cancel stop it. create, edit, improve, answer, "
+        "deploy and decline need the user's own words.",
         {
             "action": {"type": "string", "enum": list(SKILL_ACTIONS)},
             "name": {
@@ -169,6 +176,31 @@ _SCHEMAS: list[dict[str, Any]] = [
             "status": {"type": "string", "enum": list(PolicyStatus.values)},
             "note": {"type": "string", "description": "approve/reject: a note (reject: required)."},
             "skill_md": {"type": "string", "description": "import: the full SKILL.md text."},
+            "request": {
+                "type": "string",
+                "description": "create/edit/improve: what the tool should do or what to change.",
+            },
+            "flow_id": {"type": "string", "description": "A SkillForge flow (forge_…)."},
+            "answer": {
+                "type": "string",
+                "description": "answer: the user's reply to the flow's question (host names, "
+                "vault entry names; never a secret value).",
+            },
+            "domains": {
+                "type": "array",
+                "items": _STR,
+                "description": "create: hosts it may reach.",
+            },
+            "credentials": {
+                "type": "array",
+                "items": _STR,
+                "description": "create: vault entry names it needs (names, never values).",
+            },
+            "confirm_domains": {
+                "type": "array",
+                "items": _STR,
+                "description": "deploy: the domains the user confirmed, when the flow asks.",
+            },
             "fields": {
                 "type": "object",
                 "description": "update: any of domains, credentials, tools, dependencies, "
@@ -304,6 +336,12 @@ def core_dispatch(
                     "query",
                     "acquisition",
                     "keep",
+                    "request",
+                    "flow_id",
+                    "answer",
+                    "domains",
+                    "credentials",
+                    "confirm_domains",
                 ),
             )
         else:
@@ -313,7 +351,7 @@ def core_dispatch(
                 action=args.get("action", ""),
                 **_pick(args, "name", "value"),
             )
-    except (CognitionError, SkillError) as exc:
+    except (CognitionError, SkillError, ForgeError) as exc:
         return {"ok": False, "error": exc.as_dict() if hasattr(exc, "as_dict") else _as_dict(exc)}
     except RunError as exc:
         return {"ok": False, "error": _as_dict(exc)}

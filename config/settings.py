@@ -371,6 +371,24 @@ MOTOR_CREDENTIAL_RESOLVER = (
 MOTOR_EXTRACT_SKILLS = env.bool("MOTOR_EXTRACT_SKILLS", default=True)
 # Celery queue for run slices (empty: the default queue)
 MOTOR_RUN_QUEUE = env.str("MOTOR_RUN_QUEUE", default="")
+# --- SkillForge: deployed MCP servers (forge) ----------------------------------------------------
+# the skill runtime (sandbox/image/runtime.sh builds it): the same path on the host and inside
+MOTOR_SKILL_RUNTIME = env.str("MOTOR_SKILL_RUNTIME", default="/opt/motor-cortex-runtime")
+# dotted path of resolver(*, agent_id, names) -> {name: value}: a deployed server's credentials
+FORGE_CREDENTIAL_RESOLVER = (
+    env.str("FORGE_CREDENTIAL_RESOLVER", default="") or "cognition.selectors.credentials_for_run"
+)
+# seconds one call of a deployed MCP tool may take (a manifest's call_timeout_s wins)
+FORGE_CALL_TIMEOUT_SECONDS = env.float("FORGE_CALL_TIMEOUT_SECONDS", default=60.0)
+# seconds a deployed server may take to start and answer initialize
+FORGE_START_TIMEOUT_SECONDS = env.float("FORGE_START_TIMEOUT_SECONDS", default=30.0)
+# seconds without a call before a worker stops a deployed server
+FORGE_SERVER_IDLE_TIMEOUT_SECONDS = env.float("FORGE_SERVER_IDLE_TIMEOUT_SECONDS", default=600.0)
+# crashes in a row (no successful call between) before a deployed server is marked failed
+FORGE_MAX_CRASHES = env.int("FORGE_MAX_CRASHES", default=3)
+# CPU seconds a deployed server may use in one life (a manifest's cpu_seconds wins)
+FORGE_SERVER_CPU_SECONDS = env.int("FORGE_SERVER_CPU_SECONDS", default=3600)
+
 # seconds without a call before a worker closes a run's warm sandbox session
 MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS = env.int("MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS", default=300)
 # seconds one slice (one Celery task) keeps advancing a run before it re-queues it, so a long run
@@ -450,6 +468,15 @@ if MOTOR_SIGNAL_BACKOFF_CAP_SECONDS < MOTOR_SIGNAL_BACKOFF_BASE_SECONDS:
 if not 0 <= MOTOR_SIGNAL_LONG_POLL_MAX_SECONDS <= 30:
     raise ImproperlyConfigured("MOTOR_SIGNAL_LONG_POLL_MAX_SECONDS must be 0-30 seconds.")
 
+# --- SkillForge (docs/skillforge.md) ---
+# Hosts counted as public read-only APIs by the approval rule: a generated read-only skill that
+# reaches only these needs no domain confirmation (it is still approved by a person unless the
+# agent's trust level allows automatic approval).
+FORGE_PUBLIC_API_DOMAINS: list[str] = env.list(
+    "FORGE_PUBLIC_API_DOMAINS",
+    default=["api.open-meteo.com", "api.frankfurter.app", "api.github.com", "en.wikipedia.org"],
+)
+
 CELERY_BEAT_SCHEDULE = {
     "motor-reaper": {
         "task": "runs.run_reap",
@@ -479,6 +506,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.layers_collect",
         "schedule": float(MOTOR_PURGE_INTERVAL_SECONDS),
     },
+    "forge-reaper": {
+        "task": "forge.reap",
+        "schedule": float(MOTOR_REAPER_INTERVAL_SECONDS),
+    },
 }
 
 # --- API -----------------------------------------------------------------------------------------
@@ -504,6 +535,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Two request fields are called "mode" (core.act's and SkillForge's); each gets its own name.
+    "ENUM_NAME_OVERRIDES": {"SkillForgeModeEnum": ["create", "edit", "improve"]},
 }
 
 # --- energy (seed 001 "Energy Model") -----------------------------------------------------------

@@ -6,3 +6,19 @@ from django.apps import AppConfig
 class ForgeConfig(AppConfig):
     name = "forge"
     default_auto_field = "django.db.models.BigAutoField"
+    verbose_name = "SkillForge"
+
+    def ready(self) -> None:
+        from forge.registry import tools_sync
+        from forge.runtime import pool
+        from forge.services import current_server_ids
+        from runs.tools import tool_source_register
+
+        # deployed MCP tools are registered in each process on demand (runs.tools)
+        tool_source_register(tools_sync)
+        # every new MCP skill version, imported or generated, is probed for its review
+        from forge.version_probe import on_version_installed
+        from skills.signals import version_installed
+
+        version_installed.connect(on_version_installed, dispatch_uid="forge-version-probe")
+        pool.is_current = current_server_ids

@@ -92,6 +92,8 @@ class SignalKind(models.TextChoices):
     MOTOR_RESULT = "motor_result", "Motor result"
     #: a scheduled occurrence that did not start a run, with the reason (never silent)
     SCHEDULE_SKIPPED = "schedule_skipped", "Schedule skipped"
+    #: a deployed MCP skill fails too many of its latest calls; its owner may improve it
+    SKILL_FAILING = "skill_failing", "Skill failing"
 
 
 class SignalPriority(models.IntegerChoices):

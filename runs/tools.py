@@ -13,7 +13,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,38 @@ class ToolManifest:
 
 
 _manifests: dict[str, ToolManifest] = {}
+#: callables that register the tools another app keeps in its database (see `tool_source_register`)
+_sources: list[Callable[[], None]] = []
+
+
+def tool_source_register(refresh: Callable[[], None]) -> None:
+    """Let an app whose tools live in its database (forge's deployed MCP tools) register them in
+    this process on demand: `refresh` is called whenever a tool name comes up that no manifest of
+    this process knows, and must make the registry match the app's truth."""
+    if refresh not in _sources:
+        _sources.append(refresh)
+
+
+def _unknown(names: Sequence[str]) -> bool:
+    return any(
+        name not in _manifests
+        and name not in manifests.MANIFESTS
+        and name not in manifests.ALIASES
+        and name not in SYNTHETIC_TOOLS
+        for name in names
+    )
+
+
+def tool_sources_refresh(names: Sequence[str] = ()) -> None:
+    """Ask every tool source to register its tools, when `names` holds one this process does
+    not know (or always, without `names`). A failing source is logged and skipped."""
+    if names and not _unknown(names):
+        return
+    for refresh in list(_sources):
+        try:
+            refresh()
+        except Exception:  # noqa: BLE001 - a source's failure leaves its names unknown
+            logger.exception("tool source %r failed to refresh", refresh)
 
 
 def tool_manifest_register(manifest: ToolManifest) -> None:
@@ -128,6 +160,7 @@ def expand_granted(names: Sequence[str]) -> list[str]:
     """
     if not names:
         return []
+    tool_sources_refresh(names)
     registered = list(dict.fromkeys(name for name in names if name in _manifests))
     sandboxed = [name for name in names if name not in _manifests]
     try:
@@ -150,7 +183,14 @@ def offered_schemas(
     run whose workspace may become a skill) — never to review runs (`synthetic=False`).
     """
     schemas: list[dict[str, Any]] = []
-    sandboxed = [name for name in granted if name not in _manifests]
+    tool_sources_refresh(granted)
+    # a registered tool that left the registry since the grant (a removed MCP skill) is no
+    # longer offered; its calls are refused by the pipeline as for any unknown tool
+    sandboxed = [
+        name
+        for name in granted
+        if name not in _manifests and (name in manifests.MANIFESTS or name in manifests.ALIASES)
+    ]
     if sandboxed:
         schemas.extend(manifests.function_schemas(sandboxed, bash_allowlist=bash_allowlist))
     schemas.extend(_manifests[name].schema() for name in granted if name in _manifests)

@@ -83,6 +83,9 @@ class Limits:
     cpu_seconds: int = 600
     default_timeout_s: float = 60.0
     idle_timeout_s: float = 900.0
+    #: seconds between two measurements of the workspace during a command (quota); a
+    #: long-lived server whose workspace holds only its FIFOs is measured less often
+    quota_interval_s: float = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +138,9 @@ class SessionSpec:
     readonly_mounts: Sequence[tuple[Path, str]] = ()  # (host path, path inside)
     session_id: str = ""
     on_connection: ConnectionCallback | None = None
+    #: commands may create socketpair(AF_UNIX) — what an asyncio program (an MCP server) needs;
+    #: socket(AF_UNIX) stays refused (sandbox/inside/seccomp.py)
+    allow_unix_pairs: bool = False
 
 
 @dataclass(frozen=True, slots=True)

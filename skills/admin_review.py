@@ -7,6 +7,7 @@ Opening the page of new content runs the review; its buttons are handled by
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,10 +23,11 @@ from django.utils.http import content_disposition_header
 from sandbox import egress
 from sandbox.types import NetworkPolicy
 from skills import approval, selectors
+from skills import bundle as bundle_lib
 from skills.admin_base import _actor, _can_approve, credential_names_set
 from skills.admin_review_actions import PolicyEditForm, RejectForm, RollbackForm
 from skills.errors import SkillError
-from skills.models import Policy, PolicyStatus, Skill, SkillFile
+from skills.models import Policy, PolicyStatus, Skill, SkillFile, SkillVersion, VersionProbe
 from skills.reviewing import policy_review
 from skills.templatetags.skill_review import render_markdown
 
@@ -114,6 +116,24 @@ def _entry_ports(entry: str) -> str:
 
 def _credential_key(name: str) -> str:
     return name.strip().lower().removeprefix("vault_")
+
+
+def _probe_context(version: SkillVersion | None) -> dict[str, Any]:
+    """The version's test-sandbox probe (tools with their schemas and semantics, tests)."""
+    if version is None:
+        return {"probe": None, "probe_tools": [], "is_mcp_skill": False}
+    probe = VersionProbe.objects.filter(version=version).first()
+    tools = [
+        {
+            "name": str(tool.get("name", "")),
+            "description": str(tool.get("description") or ""),
+            "semantics": "read" if tool.get("semantics") == "read" else "write",
+            "schema_json": json.dumps(tool.get("input_schema") or {}, indent=2, sort_keys=True),
+        }
+        for tool in (probe.tools if probe else [])
+    ]
+    is_mcp = version.files.filter(path=bundle_lib.SKILL_TOML).exists()
+    return {"probe": probe, "probe_tools": tools, "is_mcp_skill": is_mcp}
 
 
 def _facts_context(policy: Policy, names_set: set[str] | None) -> dict[str, Any]:
@@ -339,6 +359,7 @@ class PolicyReviewPageMixin:
             "approved_hash_matches": bool(version)
             and policy.approved_content_hash == (version.content_hash if version else ""),
             "proposal": approval.approval_proposal(policy=policy).to_dict(),
+            **_probe_context(version),
             **_facts_context(policy, names_set),
         }
         return TemplateResponse(request, "admin/skills/policy/review.html", context)

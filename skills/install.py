@@ -44,6 +44,7 @@ from skills.services import (
     _lock_skill,
     _require_storable,
 )
+from skills.signals import version_installed
 
 logger = logging.getLogger(__name__)
 
@@ -217,6 +218,12 @@ def _install_locked(
                 version_number=version.number,
                 changes=cred_change,
             )
+    if version_created:
+        # After the commit: a receiver may queue work on the version (forge probes MCP skills).
+        version_id = version.pk
+        transaction.on_commit(
+            lambda: version_installed.send_robust(sender=SkillVersion, version_id=version_id)
+        )
     return InstallResult(
         skill=skill,
         version=version,

@@ -355,3 +355,21 @@ class PolicyAuditEvent(models.Model):
 
 # The skill index's tables (skills.index); imported here so the app registers them.
 from skills.index.models import SkillEmbedding, SkillIndexEntry, SkillIndexState  # noqa: E402, F401
+
+
+class VersionProbe(models.Model):
+    """What running a version in a throwaway sandbox showed, for its review: the tools its MCP
+    server listed (name, description, input schema, declared semantics) and its test results.
+
+    Written by whoever ran it (SkillForge after its tests); never an approval.
+    """
+
+    version = models.OneToOneField(SkillVersion, on_delete=models.CASCADE, related_name="probe")
+    tools = models.JSONField(default=list, blank=True)
+    tests_passed = models.BooleanField()
+    test_output = models.TextField(blank=True, default="")
+    checked_by = models.CharField(max_length=200)
+    checked_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"probe of {self.version}"

@@ -130,6 +130,20 @@ def policy_approve(*, policy: Policy | int, actor: Actor, note: str = "") -> Pol
     the current content (`StaleReview` otherwise). The stored bytes are re-hashed first.
     """
     _require_approver(actor, what="approve skill policies")
+    return _approve(policy=policy, actor=actor, note=note)
+
+
+def policy_auto_approve(*, policy: Policy | int, actor: Actor, rule: str, reason: str) -> Policy:
+    """Approve without a person, as SkillForge does for a skill its risk rule lets through at
+    the agent's trust level (forge.risk). `rule` names that rule; the audit row's reason says
+    "auto-approved (rule <rule>): <reason>". The same checks as a person's approval apply:
+    a current review, stored bytes that still hash to the version."""
+    if not rule:
+        raise ValueError("an automatic approval names the rule that allowed it")
+    return _approve(policy=policy, actor=actor, note=f"auto-approved (rule {rule}): {reason}")
+
+
+def _approve(*, policy: Policy | int, actor: Actor, note: str) -> Policy:
     _require_storable("note", note)
     with transaction.atomic():
         skill, policy = _lock_skill_and_policy(policy)

@@ -608,4 +608,11 @@ class ToolListView(PrincipalAPIView):
         responses={200: ToolSchemaSerializer(many=True), **_errors(401)},
     )
     def get(self, request: Request) -> Response:
-        return Response(core_tool_schemas())
+        schemas = core_tool_schemas()
+        agent = self.principal(request).agent
+        if agent is not None:
+            # the agent's deployed MCP skills, callable through core.act as `<skill>__<tool>`
+            from forge.selectors import deployed_tool_schemas
+
+            schemas = [*schemas, *deployed_tool_schemas(agent.pk)]
+        return Response(schemas)

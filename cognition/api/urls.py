@@ -9,10 +9,12 @@ from . import (
     audit,
     conversations,
     energy,
+    mcp_servers,
     runs,
     schedules,
     signals,
     skill_search,
+    skillforge,
     views,
     webhooks,
 )
@@ -34,6 +36,30 @@ urlpatterns = [
     path("skills/<str:name>/approve/", views.SkillApproveView.as_view(), name="skill-approve"),
     path("skills/<str:name>/reject/", views.SkillRejectView.as_view(), name="skill-reject"),
     path("skills/<str:name>/update/", views.SkillUpdateView.as_view(), name="skill-update"),
+    path("skillforge/", skillforge.FlowListView.as_view(), name="skillforge-list"),
+    path(
+        "skillforge/<str:flow_id>/", skillforge.FlowDetailView.as_view(), name="skillforge-detail"
+    ),
+    path(
+        "skillforge/<str:flow_id>/answer/",
+        skillforge.FlowAnswerView.as_view(),
+        name="skillforge-answer",
+    ),
+    path(
+        "skillforge/<str:flow_id>/deploy/",
+        skillforge.FlowDeployView.as_view(),
+        name="skillforge-deploy",
+    ),
+    path(
+        "skillforge/<str:flow_id>/decline/",
+        skillforge.FlowDeclineView.as_view(),
+        name="skillforge-decline",
+    ),
+    path(
+        "skillforge/<str:flow_id>/cancel/",
+        skillforge.FlowCancelView.as_view(),
+        name="skillforge-cancel",
+    ),
     path("credentials/", views.CredentialListView.as_view(), name="credential-list"),
     path("credentials/<str:name>/", views.CredentialDetailView.as_view(), name="credential-detail"),
     path("agents/", views.AgentListView.as_view(), name="agent-list"),
@@ -72,6 +98,27 @@ urlpatterns = [
     ),
     path("oneshot/", runs.OneshotView.as_view(), name="oneshot"),
     path("tools/", runs.ToolListView.as_view(), name="tool-list"),
+    path("mcp-servers/", mcp_servers.McpServerListView.as_view(), name="mcp-server-list"),
+    path(
+        "mcp-servers/<str:skill>/",
+        mcp_servers.McpServerDetailView.as_view(),
+        name="mcp-server-detail",
+    ),
+    path(
+        "mcp-servers/<str:skill>/code/",
+        mcp_servers.McpServerCodeView.as_view(),
+        name="mcp-server-code",
+    ),
+    path(
+        "mcp-servers/<str:skill>/disable/",
+        mcp_servers.McpServerDisableView.as_view(),
+        name="mcp-server-disable",
+    ),
+    path(
+        "mcp-servers/<str:skill>/enable/",
+        mcp_servers.McpServerEnableView.as_view(),
+        name="mcp-server-enable",
+    ),
     path("tools/manifests/", audit.ToolManifestListView.as_view(), name="tool-manifest-list"),
     path("audit/", audit.AuditListView.as_view(), name="audit-list"),
     path("schedules/", schedules.ScheduleListView.as_view(), name="schedule-list"),

@@ -11,6 +11,8 @@ from typing import Any
 from django.conf import settings
 
 from cognition.models import Agent
+from forge.intent import parse_skill_request
+from forge.models import TERMINAL_STATES, ForgeFlow
 from skills.index.disclosure import candidate_line
 from skills.index.search import SkillSearchQueryInvalid, skill_search
 from skills.models import Policy, Skill
@@ -43,6 +45,10 @@ You get things done by delegating to Motor Cortex through the core_* tools:
   acquire with the acquisition number and the chosen name; it installs and approves that
   version (and switches to another clean candidate if the install fails). Never acquire on your
   own initiative.
+- SkillForge (core_skill create / edit / improve / answer / deploy / decline) builds new tools:
+  it writes an MCP server, tests it in a sandbox, asks for approval by risk and deploys it.
+  Start it only on the user's own request or their yes to your offer; relay its questions and
+  its approval summary word for word; pass the user's replies with answer / deploy.
 - core_credential lists and deletes vault credentials by name. You never handle secret values:
   a person enters them in the admin or through the API, never in this chat.
 Rules:
@@ -91,10 +97,60 @@ _ON_TRIGGER: dict[str, str] = {
     "schedule": (
         "A scheduled run of a skill did not start. Tell the user why and what would fix it."
     ),
+    "skill_failing": (
+        "A deployed skill fails often. Tell the user its failure rate and last error, and offer "
+        "to improve it with SkillForge (a new version, tested and approved like any other; "
+        "nothing is deployed by itself). Start it (core_skill improve, name, request naming the "
+        "error) only when the user says yes in a later message; you cannot on this turn."
+    ),
 }
 
 
-def available_skills(*, agent: Agent, query: str = "") -> str:
+def _search_hits(*, agent: Agent, query: str) -> list[Any]:
+    if not query.strip():
+        return []
+    try:
+        return list(
+            skill_search(query=query, agent=agent, k=int(settings.MOTOR_SKILL_SEARCH_TOP_K)).hits
+        )
+    except SkillSearchQueryInvalid:
+        return []
+
+
+def skillforge_context(*, agent: Agent, query: str, matched: bool) -> str:
+    """SkillForge's part of a turn: the agent's unfinished flows (their questions and approval
+    summaries to relay), and on a user message either the explicit request for a new tool or,
+    when no skill fits, the offer to build one (started only on the user's yes)."""
+    parts: list[str] = []
+    flows = ForgeFlow.objects.filter(agent=agent).exclude(state__in=list(TERMINAL_STATES))
+    for flow in flows.order_by("created_at")[:5]:
+        parts.append(
+            f'<skillforge_flow flow_id="{escape(flow.id)}" state="{escape(flow.state)}" '
+            f'skill="{escape(flow.skill_name)}">{escape(flow.message, quote=False)}'
+            "</skillforge_flow>"
+        )
+    if parts:
+        parts.append(
+            "When the user's message answers a flow's question, call core_skill answer with its "
+            "flow_id and their words; when they agree to deploy, core_skill deploy (with "
+            "confirm_domains set to the domains they confirmed when the flow asks for that)."
+        )
+    if query.strip():
+        if parse_skill_request(query):
+            parts.append(
+                "The user asks for a new tool: start SkillForge with core_skill create, request "
+                "set to what they asked for (add domains or credentials only when they named them)."
+            )
+        elif not matched:
+            parts.append(
+                "No skill fits this request. After helping as you can, offer to build a tool for "
+                "it with SkillForge (say in one sentence what it would do). Start it (core_skill "
+                "create) only when the user says yes in a later message."
+            )
+    return "\n".join(parts)
+
+
+def available_skills(*, agent: Agent, query: str = "", hits: list[Any] | None = None) -> str:
     """<available_skills> for one turn.
 
     With a `query` (the user's latest message): the MOTOR_SKILL_SEARCH_TOP_K skills the skill
@@ -108,10 +164,8 @@ def available_skills(*, agent: Agent, query: str = "") -> str:
     listed: set[str] = set()
     if query.strip():
         limit = int(settings.MOTOR_SKILL_SEARCH_TOP_K)
-        try:
-            hits = skill_search(query=query, agent=agent, k=limit).hits
-        except SkillSearchQueryInvalid:
-            hits = []
+        if hits is None:
+            hits = _search_hits(agent=agent, query=query)
         for hit in hits:
             lines.append("  " + candidate_line(hit))
             listed.add(hit.name)
@@ -148,7 +202,9 @@ def trigger_instructions(*, trigger: str, wake: dict[str, Any] | None) -> str:
     """What the brain should do about the signal that woke it (empty on a user message)."""
     if trigger == TurnTrigger.USER_MESSAGE or not wake:
         return ""
-    if trigger == TurnTrigger.SCHEDULE:
+    if wake.get("kind") == "skill_failing":
+        key = "skill_failing"
+    elif trigger == TurnTrigger.SCHEDULE:
         key = "schedule"
     else:
         status = str(wake.get("status", ""))
@@ -178,13 +234,17 @@ def system_prompt(
             .values_list("text", flat=True)
             .first()
         ) or ""
+    hits = _search_hits(agent=agent, query=query)
     parts = [
         _RULES.format(agent=agent.name, user=conversation.user.get_username()),
-        available_skills(agent=agent, query=query),
+        available_skills(agent=agent, query=query, hits=hits),
     ]
     cortex = cortex_prompt(agent=agent, query=query)
     if cortex:
         parts.append(cortex)
+    forge = skillforge_context(agent=agent, query=query, matched=bool(hits))
+    if forge:
+        parts.append(forge)
     if conversation.pending_run_id:
         parts.append(
             f'<pending_motor_question run_id="{escape(conversation.pending_run_id)}">'

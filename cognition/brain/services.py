@@ -402,6 +402,12 @@ def _cortex_text(facts: dict[str, Any]) -> str:
 
 def _event_text(facts: dict[str, Any]) -> str:
     run_id, status = facts.get("run_id"), facts.get("status")
+    if facts.get("kind") == "skill_failing":
+        rate = round(100 * float(facts.get("failure_rate") or 0))
+        return (
+            f"Skill {facts.get('skill')!r} failed {rate}% of its last {facts.get('calls')} calls "
+            f"(last error: {str(facts.get('last_error') or '')[:300]})."
+        )
     if "kind" in facts:
         why = facts.get("detail") or facts.get("reason") or facts["kind"]
         return f"The schedule of skill {facts.get('skill')!r} did not start a run: {why}"

@@ -49,6 +49,7 @@ from runs.tools import (
     envelope,
     tool_manifest_register,
     tool_manifest_unregister,
+    tool_sources_refresh,
 )
 
 
@@ -162,8 +163,13 @@ _executors: dict[str, Executor] = {
 
 
 def executor_for(name: str) -> Executor:
-    """The executor of tool `name`: its registered one, else the sandbox."""
-    return _executors.get(name, SANDBOX)
+    """The executor of tool `name`: its registered one, else the sandbox. A name no manifest of
+    this process knows first lets the tool sources register theirs (runs.tools)."""
+    executor = _executors.get(name)
+    if executor is None:
+        tool_sources_refresh([name])
+        executor = _executors.get(name, SANDBOX)
+    return executor
 
 
 def executors_prewarm(tools: Sequence[str], slot: SandboxSlot) -> None:

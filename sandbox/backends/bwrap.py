@@ -340,10 +340,12 @@ class BwrapBackend:
                 "output_bytes": limits.output_bytes,
                 "workspace_bytes": limits.workspace_bytes,
                 "default_timeout_s": limits.default_timeout_s,
+                "quota_interval_s": limits.quota_interval_s,
             },
             "env": env,
             "workspace": "/workspace",
             "sweep": True,
+            "unix_pairs": spec.allow_unix_pairs,
             "bridge": bridge,
         }
         try:

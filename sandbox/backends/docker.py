@@ -149,10 +149,12 @@ def _supervisor_config(spec: SessionSpec, environment: Mapping[str, str]) -> dic
             "output_bytes": limits.output_bytes,
             "workspace_bytes": limits.workspace_bytes,
             "default_timeout_s": limits.default_timeout_s,
+            "quota_interval_s": limits.quota_interval_s,
         },
         "env": dict(environment),
         "workspace": "/workspace",
         "sweep": True,
+        "unix_pairs": spec.allow_unix_pairs,
         "bridge": None,
     }
     if spec.network.enabled:

@@ -31,7 +31,7 @@ packages="$(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$here/packages.txt"
 
 # the label ties the image to exactly these inputs; editing any of them triggers a rebuild
 inputs_hash="$(cat "$here/build.sh" "$here/Dockerfile" "$here/packages.txt" "$here/finalize.sh" \
-    | sha256sum | cut -c1-16)"
+    "$here/runtime.sh" "$here/runtime-requirements.txt" | sha256sum | cut -c1-16)"
 
 current="$(docker image inspect --format '{{ index .Config.Labels "motor-cortex.inputs" }}' "$image" 2>/dev/null || true)"
 if [ "$current" = "$inputs_hash" ]; then
@@ -62,7 +62,8 @@ pick_mirror() {
 
 # the rootfs depends only on the suite, the packages and finalize.sh, so editing this script or the
 # Dockerfile re-imports without re-running debootstrap
-rootfs_hash="$( { echo "$suite"; cat "$here/packages.txt" "$here/finalize.sh"; } | sha256sum | cut -c1-16)"
+rootfs_hash="$( { echo "$suite"; cat "$here/packages.txt" "$here/finalize.sh" "$here/runtime.sh" \
+    "$here/runtime-requirements.txt"; } | sha256sum | cut -c1-16)"
 rootfs_tar="$cache_dir/rootfs-$rootfs_hash.tar"
 if [ -s "$rootfs_tar" ]; then
     say "using cached rootfs $rootfs_tar"
@@ -79,6 +80,14 @@ else
         tail -n 30 "$work/debootstrap.log" >&2
         die "debootstrap failed (log above)"
     fi
+    say "installing the skill runtime (runtime-requirements.txt) at /opt/motor-cortex-runtime"
+    mkdir -p "$work/rootfs/tmp/image"
+    cp "$here/runtime.sh" "$here/runtime-requirements.txt" "$work/rootfs/tmp/image/"
+    cp /etc/resolv.conf "$work/rootfs/etc/resolv.conf" 2>/dev/null || true
+    chroot "$work/rootfs" env PIP_INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}" \
+        /bin/sh /tmp/image/runtime.sh /opt/motor-cortex-runtime \
+        || die "the skill runtime could not be installed inside the rootfs"
+    rm -rf "$work/rootfs/tmp/image"
     say "finalising the rootfs (user 10001, mount points, trimming)"
     cp "$here/finalize.sh" "$work/rootfs/finalize.sh"
     chroot "$work/rootfs" /bin/sh /finalize.sh || die "finalize.sh failed inside the rootfs"
@@ -103,7 +112,7 @@ docker import \
     --change "LABEL motor-cortex.inputs=$inputs_hash" \
     - "$image" <"$rootfs_tar" >/dev/null || die "docker import failed"
 
-check="$(docker run --rm --network none "$image" sh -c 'id -u; python3 -c "print(1+1)"; for c in curl jq grep sort uniq wc head tail cat echo date; do command -v $c; done | wc -l')" \
+check="$(docker run --rm --network none "$image" sh -c 'id -u; python3 -c "print(1+1)"; /opt/motor-cortex-runtime/bin/python3 -c "import mcp.server.fastmcp, httpx, bs4, lxml, yaml, toml, pandas, PIL, pytest" || exit 1; for c in curl jq grep sort uniq wc head tail cat echo date; do command -v $c; done | wc -l')" \
     || die "the new image does not start"
 [ "$check" = "$(printf '10001\n2\n11')" ] || die "the new image failed its smoke check: $check"
 if [ -n "$old_id" ] && [ "$old_id" != "$(docker image inspect --format '{{.Id}}' "$image")" ]; then

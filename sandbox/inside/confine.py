@@ -89,9 +89,9 @@ class _ChildSetup:
     and the seccomp filter. Only rlimits and prctl there — everything that allocates is prepared
     up front."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, unix_pairs: bool = False) -> None:
         seccomp = _load_sibling("seccomp")
-        self._filter = seccomp.prepare()
+        self._filter = seccomp.prepare(allow_unix_pairs=unix_pairs)
         #: the limits to set in the child; chosen per call by `prepare`
         self.targets: LimitTargets = []
 
@@ -125,8 +125,8 @@ class _Spawner:
     keeps the supervisor profile: it may set the limits the commands inherit, and the egress
     bridge's threads may reach the host's unix socket."""
 
-    def __init__(self) -> None:
-        command_filter = _load_sibling("seccomp").prepare()
+    def __init__(self, *, unix_pairs: bool = False) -> None:
+        command_filter = _load_sibling("seccomp").prepare(allow_unix_pairs=unix_pairs)
         self._go = _thread.allocate_lock()
         self._go.acquire()
         self._done = _thread.allocate_lock()

@@ -179,10 +179,14 @@ class Config:
         self.output_bytes = 32 * 1024
         self.workspace_bytes = 256 * 1024 * 1024
         self.default_timeout_s = 60.0
+        #: seconds between two measurements of the workspace while a command runs
+        self.quota_interval_s = 0.05
         self.env: dict[str, str] = {}
         self.workspace = "/workspace"
         self.sweep = True
         self.bridge: dict[str, Any] | None = None
+        #: commands may make socketpair(AF_UNIX) (asyncio's self-pipe; see seccomp.py)
+        self.unix_pairs = False
 
 
 class ExecSpec:
@@ -250,12 +254,22 @@ def parse_config(raw: object) -> Config:
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ProtocolError("limits.default_timeout_s must be a positive number")
         config.default_timeout_s = float(timeout)
+    if "quota_interval_s" in limits:
+        interval = limits["quota_interval_s"]
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, int | float)
+            or not (0.01 <= interval <= 60)
+        ):
+            raise ProtocolError("limits.quota_interval_s must be a number from 0.01 to 60")
+        config.quota_interval_s = float(interval)
     config.env = _str_map(raw.get("env"), "config.env")
     workspace = raw.get("workspace", config.workspace)
     if not isinstance(workspace, str) or not workspace.startswith("/"):
         raise ProtocolError("config.workspace must be an absolute path")
     config.workspace = workspace
     config.sweep = bool(raw.get("sweep", True))
+    config.unix_pairs = raw.get("unix_pairs", False) is True
     bridge = raw.get("bridge")
     if bridge is not None:
         if not isinstance(bridge, dict) or not isinstance(bridge.get("unix_path"), str):

@@ -113,8 +113,8 @@ class Runner(FileServing):
         #: the stream turning readable mid-call means it ended: the owner is gone, and the call
         #: and everything it started are killed instead of running on unobserved.
         self._host_fd = host_fd
-        self._child_setup = _ChildSetup()
-        self._spawner = _Spawner() if inherit else None
+        self._child_setup = _ChildSetup(unix_pairs=config.unix_pairs)
+        self._spawner = _Spawner(unix_pairs=config.unix_pairs) if inherit else None
         #: tools.py, loaded on the first file operation (serve mode only)
         self._tools: ModuleType | None = None
         #: the file server, while file operations follow each other
@@ -291,7 +291,7 @@ class Runner(FileServing):
         if self._host_fd is not None:
             sel.register(self._host_fd, _READ, "host")
         deadline = started + spec.timeout_s
-        scan_interval = 0.05
+        scan_interval = self.config.quota_interval_s
         # no quota, no scans: nothing is due before the deadline (see `_await_answer`)
         next_scan = started + scan_interval if self.config.workspace_bytes else float("inf")
         exited = False
@@ -323,7 +323,9 @@ class Runner(FileServing):
                     killed_by_us = True
                     kill_all()
                 # scanning a big workspace must not eat the call's time: back off
-                scan_interval = max(0.05, 4 * (time.monotonic() - scan_started))
+                scan_interval = max(
+                    self.config.quota_interval_s, 4 * (time.monotonic() - scan_started)
+                )
                 next_scan = time.monotonic() + scan_interval
             if not exited and proc.poll() is not None:
                 exited = True

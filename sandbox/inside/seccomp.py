@@ -16,6 +16,11 @@ Two profiles:
   ``setrlimit`` fails, and ``prlimit64`` only reads the caller's own limits (pid 0, no new
   value). A command therefore keeps exactly the limits it was started with (the supervisor may
   hand them over as soft limits, see supervisor.py) and cannot touch another process's limits.
+* ``build_filter(allow_unix_pairs=True)`` — for the commands of a session that runs a long-lived
+  server (an MCP skill): the same, except that ``socketpair(AF_UNIX)`` is allowed. A pair of
+  connected, unnamed sockets reaches nothing outside the process that made it, and asyncio
+  cannot start an event loop without one (its self-pipe); ``socket(AF_UNIX)``, which could
+  connect to a named socket, stays refused.
 * ``build_filter(allow_unix_sockets=True, allow_rlimit_changes=True)`` — for the supervisor
   itself, whose egress bridge must connect to the host's unix socket and which sets the limits
   its commands inherit; everything else is refused the same way.
@@ -243,6 +248,7 @@ def build_filter(
     *,
     allow_unix_sockets: bool = False,
     allow_rlimit_changes: bool = False,
+    allow_unix_pairs: bool = False,
     arch: str | None = None,
 ) -> bytes:
     """Return the BPF program (an array of struct sock_filter) as bytes."""
@@ -279,7 +285,8 @@ def build_filter(
     head.append((_JEQ_K, 0, 0, table["clone3"], "ENOSYS", None))
     head.append((_JEQ_K, 0, 0, table["clone"], "CLONE_CHECK", None))
     head.append((_JEQ_K, 0, 0, table["socket"], "SOCK_CHECK", None))
-    head.append((_JEQ_K, 0, 0, table["socketpair"], "SOCK_CHECK", None))
+    pair_check = "PAIR_CHECK" if allow_unix_pairs and AF_UNIX in domains else "SOCK_CHECK"
+    head.append((_JEQ_K, 0, 0, table["socketpair"], pair_check, None))
     head.append((_RET_K, 0, 0, _RET_ALLOW, None, None))
     labels: dict[str, int] = {}
     labels["CLONE_CHECK"] = len(head)
@@ -297,6 +304,13 @@ def build_filter(
     head.append((_LD_W_ABS, 0, 0, _OFF_ARG0, None, None))
     for domain in domains:
         head.append((_JEQ_K, 0, 0, domain, "DENY", None))
+    if pair_check == "PAIR_CHECK":
+        labels["PAIR_CHECK"] = len(head)
+        head.append((_LD_W_ABS, 0, 0, _OFF_ARG0, None, None))
+        for domain in domains:
+            if domain != AF_UNIX:
+                head.append((_JEQ_K, 0, 0, domain, "DENY", None))
+        head.append((_RET_K, 0, 0, _RET_ALLOW, None, None))
     labels["ALLOW"] = len(head)
     head.append((_RET_K, 0, 0, _RET_ALLOW, None, None))
     labels["DENY"] = len(head)
@@ -358,11 +372,16 @@ class PreparedFilter:
 
 
 def prepare(
-    *, allow_unix_sockets: bool = False, allow_rlimit_changes: bool = False
+    *,
+    allow_unix_sockets: bool = False,
+    allow_rlimit_changes: bool = False,
+    allow_unix_pairs: bool = False,
 ) -> PreparedFilter:
     """Build the filter for this machine, ready to install (possibly in a forked child)."""
     return PreparedFilter(
         build_filter(
-            allow_unix_sockets=allow_unix_sockets, allow_rlimit_changes=allow_rlimit_changes
+            allow_unix_sockets=allow_unix_sockets,
+            allow_rlimit_changes=allow_rlimit_changes,
+            allow_unix_pairs=allow_unix_pairs,
         )
     )

@@ -45,9 +45,11 @@ CONFIG (every key optional)::
 
     {"limits": {"memory_bytes": int, "max_processes": int, "file_size_bytes": int,
                 "open_files": int, "cpu_seconds": int, "output_bytes": int,
-                "workspace_bytes": int, "default_timeout_s": float},
+                "workspace_bytes": int, "default_timeout_s": float,
+                "quota_interval_s": float},   # seconds between workspace measurements
      "env": {str: str},            # base environment of every command
      "workspace": "/workspace",    # the directory whose disk use `workspace_bytes` caps
+     "unix_pairs": false,          # commands may create socketpair(AF_UNIX) (seccomp.py)
      "sweep": true,                # after every call, SIGKILL every process this uid may signal
                                    # (kill(-1)): stragglers, setsid'd daemons, double forks
      "bridge": null | {"listen_host": "127.0.0.1", "listen_port": 3128,

@@ -27,6 +27,9 @@ Decisions worth knowing (each module documents its own rules in full):
 * YAML goes through a SafeLoader subclass that refuses duplicate keys; size, flow nesting and
   alias expansion are bounded before/while loading. Unquoted ``key: a: b`` values are repaired
   with a finding, as the Agent Skills client guide suggests.
+* A top-level ``skill.toml`` makes the skill an MCP skill: it is content (hashed), validated by
+  :mod:`skills.bundle.manifest` with file + rule problems, and parsed into ``Bundle.manifest``,
+  a proposal (domains, credentials, limits) for the review, never an approval.
 * ``SKILL.md`` is accepted in any letter case (``skill.md``, as peers do) and stored as
   ``SKILL.md``; two of them in one skill are refused.
 * Every problem carries a stable ``rule`` id; whole-skill problems use the path ``"."`` and
@@ -45,6 +48,7 @@ from .filesystem import (
     scan_skill_dir,
 )
 from .hashing import content_hash, sha256_hex
+from .manifest import McpManifest, SandboxLimits, parse_manifest
 from .paths import (
     BIDI_CHARS,
     CONTENT_DIRS,
@@ -69,6 +73,7 @@ from .skillmd import (
 from .types import (
     POLICY_FILE,
     SKILL_MD,
+    SKILL_TOML,
     Bundle,
     BundleError,
     BundleFile,
@@ -102,6 +107,10 @@ __all__ = [
     "NAME_RE",
     "POLICY_FILE",
     "SKILL_MD",
+    "SKILL_TOML",
+    "McpManifest",
+    "SandboxLimits",
+    "parse_manifest",
     "Baseline",
     "Bundle",
     "BundleError",

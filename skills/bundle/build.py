@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .hashing import content_hash, sha256_hex
+from .manifest import parse_manifest
 from .paths import (
     PathKind,
     check_path,
@@ -19,6 +20,7 @@ from .skillmd import installation_problems, parse_skill_md, spec_findings, unsto
 from .types import (
     POLICY_FILE,
     SKILL_MD,
+    SKILL_TOML,
     Bundle,
     BundleError,
     BundleFile,
@@ -175,6 +177,18 @@ def assemble(
                 installation_problems(frontmatter, dir_name if check_dir_name else None)
             )
 
+    manifest = None
+    if SKILL_TOML in content and len(content[SKILL_TOML]) <= limits.max_file_bytes:
+        # an MCP skill's manifest is validated like the frontmatter: every problem refuses
+        manifest, manifest_problems = parse_manifest(
+            content[SKILL_TOML],
+            files=content,
+            skill_name=frontmatter.get("name")
+            if isinstance(frontmatter.get("name"), str)
+            else None,
+        )
+        all_problems.extend(manifest_problems)
+
     declared_policy, policy_findings = read_declared_policy(policy_raw, limits)
     if all_problems:
         raise BundleError(all_problems)
@@ -197,6 +211,7 @@ def assemble(
         content_hash=content_hash((f.path, f.data) for f in files),
         findings=tuple(head_findings + tail_findings + policy_findings),
         declared_policy=declared_policy,
+        manifest=manifest,
     )
 
 

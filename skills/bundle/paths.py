@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Literal
 
-from .types import POLICY_FILE, SKILL_MD, Finding, Problem
+from .types import POLICY_FILE, SKILL_MD, SKILL_TOML, Finding, Problem
 
 PathKind = Literal["content", "policy", "denied", "ignored"]
 
@@ -186,7 +186,7 @@ def classify(path: str) -> PathKind:
         return "denied"
     if path == POLICY_FILE:
         return "policy"
-    if is_skill_md(path):
+    if is_skill_md(path) or path == SKILL_TOML:
         return "content"
     if len(segments) >= 2 and segments[0] in CONTENT_DIRS:
         return "content"

@@ -52,10 +52,11 @@ from urllib.parse import urlsplit
 from .hashing import content_hash, sha256_hex
 from .hosts import bare_hosts
 from .lookalike import lookalike_findings
+from .manifest import parse_manifest
 from .pattern_scan import suspicious_findings
 from .skillmd import parse_skill_md
 from .skillmd import spec_findings as _spec_findings
-from .types import SKILL_MD, Bundle, BundleError, Finding, as_file_map
+from .types import SKILL_MD, SKILL_TOML, Bundle, BundleError, Finding, as_file_map
 
 WELL_KNOWN_VARS = frozenset(
     {
@@ -370,6 +371,8 @@ class ReviewFacts:
     declared_domains: list[str] = field(default_factory=list)
     declared_credentials: list[str] = field(default_factory=list)
     spec_findings: list[Finding] = field(default_factory=list)
+    #: an MCP skill's skill.toml read for the reviewer (`_mcp_facts`); None for other skills
+    mcp: dict[str, Any] | None = None
 
     @property
     def has_danger(self) -> bool:
@@ -392,6 +395,7 @@ class ReviewFacts:
             "domain_sources": {k: list(v) for k, v in self.domain_sources.items()},
             "declared_domains": list(self.declared_domains),
             "declared_credentials": list(self.declared_credentials),
+            **({"mcp": _json_safe(self.mcp)} if self.mcp is not None else {}),
             "spec_findings": [f.to_dict() for f in self.spec_findings],
         }
 
@@ -493,7 +497,52 @@ def review_bundle(
         declared_domains=declared_domains,
         declared_credentials=declared_credentials,
         spec_findings=_spec_report(file_map.get(SKILL_MD), skill_name),
+        mcp=_mcp_facts(file_map, domain_sources, credential_sources),
     )
+
+
+def _mcp_facts(
+    file_map: Mapping[str, bytes],
+    domain_sources: Mapping[str, set[str]],
+    credential_sources: Mapping[str, set[str]],
+) -> dict[str, Any] | None:
+    """What an MCP skill's skill.toml proposes, and where it disagrees with the code.
+
+    The proposal (domains, vault credentials, limits, tool semantics) is shown for the decision;
+    it is never an approval. ``mismatches`` lists hosts the files reference that the manifest
+    does not allow (``domain_not_in_manifest``), allowed domains no file references
+    (``manifest_domain_unreferenced``) and credentials read from the environment that ``[auth]``
+    does not provide (``credential_not_in_manifest``). A manifest that does not parse yields its
+    problems instead (a stored bundle always parses: assembling refuses a bad one)."""
+    raw = file_map.get(SKILL_TOML)
+    if raw is None:
+        return None
+    manifest, problems = parse_manifest(raw, files=file_map)
+    if manifest is None:
+        return {"problems": [p.to_dict() for p in problems]}
+    code_hosts = sorted(h for h, paths in domain_sources.items() if set(paths) - {SKILL_TOML})
+    mismatches: list[dict[str, str]] = [
+        {"kind": "domain_not_in_manifest", "category": "domain", "value": host}
+        for host in code_hosts
+        if not _domain_covered(host, manifest.allowed_domains)
+    ]
+    mismatches += [
+        {"kind": "manifest_domain_unreferenced", "category": "domain", "value": entry}
+        for entry in manifest.allowed_domains
+        if not any(_domain_covered(host, [entry]) for host in code_hosts)
+    ]
+    provided = set(manifest.auth)
+    mismatches += [
+        {"kind": "credential_not_in_manifest", "category": "credential", "value": name}
+        for name in sorted(credential_sources)
+        if name not in provided and set(credential_sources[name]) - {SKILL_TOML}
+    ]
+    return {
+        "manifest": manifest.to_dict(),
+        "proposal": manifest.proposal(),
+        "server_script": manifest.server_script,
+        "mismatches": mismatches,
+    }
 
 
 def _frontmatter_name(file_map: Mapping[str, bytes]) -> str | None:

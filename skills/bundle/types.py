@@ -16,6 +16,8 @@ Severity = Literal["info", "warning", "danger"]
 POLICY_FILE = "policy.json"
 #: The one required file of a skill.
 SKILL_MD = "SKILL.md"
+#: The manifest that makes a skill an MCP skill (skills.bundle.manifest). Content, hashed.
+SKILL_TOML = "skill.toml"
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,13 @@ class Bundle:
     content_hash: str
     findings: tuple[Finding, ...] = ()
     declared_policy: dict[str, Any] | None = None
+    #: the validated skill.toml (a skills.bundle.manifest.McpManifest) of an MCP skill, else None
+    manifest: Any = None
+
+    @property
+    def is_mcp(self) -> bool:
+        """An MCP skill: it has a skill.toml, whose server script is one of its files."""
+        return self.manifest is not None
 
     @property
     def total_size(self) -> int:

@@ -7,6 +7,7 @@ import struct
 import pytest
 
 from sandbox.inside import seccomp
+from tests.sandbox.conftest import py_json
 
 
 def decode(program: bytes) -> list[tuple[int, int, int, int]]:
@@ -95,3 +96,52 @@ def test_rlimit_changes_are_refused_only_in_the_command_profile(arch: str) -> No
     # the supervisor's own profile touches neither
     assert target(relaxed, table["setrlimit"]) is None
     assert target(relaxed, table["prlimit64"]) is None
+
+
+def test_a_session_for_servers_allows_unix_socket_pairs_but_never_unix_sockets(
+    open_sandbox, backend_name: str
+) -> None:
+    # given a session opened for a long-lived server (asyncio needs a socket pair) and a plain one
+    probe = (
+        "import asyncio, errno, json, socket\n"
+        "def attempt(f):\n"
+        "    try:\n"
+        "        f()\n"
+        "        return 'ok'\n"
+        "    except OSError as exc:\n"
+        "        return exc.errno\n"
+        "print(json.dumps({'pair': attempt(lambda: socket.socketpair(socket.AF_UNIX)),\n"
+        "    'unix': attempt(lambda: socket.socket(socket.AF_UNIX)),\n"
+        "    'netlink': attempt(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)),\n"
+        "    'loop': attempt(lambda: asyncio.run(asyncio.sleep(0)))}))\n"
+    )
+    server = open_sandbox(backend_name, allow_unix_pairs=True)
+    plain = open_sandbox(backend_name)
+    # when each tries both kinds of unix socket and an event loop
+    # then only the server's session may make a pair (and so run asyncio); neither may make a
+    # unix socket that could connect anywhere
+    assert py_json(server, probe) == {"pair": "ok", "unix": 1, "netlink": 1, "loop": "ok"}
+    assert py_json(plain, probe) == {"pair": 1, "unix": 1, "netlink": 1, "loop": 1}
+
+
+def test_the_pair_exception_keeps_every_other_domain_refused() -> None:
+    insns = decode(seccomp.build_filter(arch="x86_64", allow_unix_pairs=True))
+    table = seccomp.syscall_numbers("x86_64")
+    # socketpair jumps to a block of its own
+    [at] = [i for i, insn in enumerate(insns) if insn[0] == 0x15 and insn[3] == table["socketpair"]]
+    start = at + 1 + insns[at][1]
+    # which loads the domain and refuses netlink, packet and vsock — but not AF_UNIX (1)
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1
+    block = insns[start : start + 5]
+    assert block == [
+        (0x20, 0, 0, 16),
+        (0x15, 4, 0, 16),
+        (0x15, 3, 0, 17),
+        (0x15, 2, 0, 40),
+        (0x06, 0, 0, allow),
+    ]
+    assert insns[start + 1 + 1 + 4] == (0x06, 0, 0, eperm)
+    # while socket() still refuses AF_UNIX
+    [sock] = [i for i, insn in enumerate(insns) if insn[0] == 0x15 and insn[3] == table["socket"]]
+    sock_block = insns[sock + 1 + insns[sock][1] :][:2]
+    assert sock_block == [(0x20, 0, 0, 16), (0x15, 9, 0, 1)]
