@@ -126,3 +126,17 @@ def test_the_server_tests_run_under_a_hard_limit():
     result = run_server_tests(hanging, hanging.manifest, timeout_s=8)
     assert (result.passed, result.timed_out) == (False, True)
     assert result.output.endswith("[killed at the 8 s limit]")
+
+
+def test_the_probe_takes_a_skill_directory(tmp_path: Path):
+    # given the skill's files in a directory whose name is not the skill's
+    root = tmp_path / "generated-attempt-2"
+    for rel, text in mcp_files().items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    b = bundle()
+    # when the directory is probed
+    result = probe_server(root, b.manifest)
+    # then its tools are listed
+    assert result.error is None
+    assert [t.name for t in result.tools] == ["echo", "shout"]
