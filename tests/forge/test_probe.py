@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from forge.probe import probe_server, run_server_tests
 from skills.bundle import bundle_from_files
 from tests.forge.conftest import ECHO_SERVER, mcp_files
@@ -140,3 +142,17 @@ def test_the_probe_takes_a_skill_directory(tmp_path: Path):
     # then its tools are listed
     assert result.error is None
     assert [t.name for t in result.tools] == ["echo", "shout"]
+
+
+@pytest.mark.docker
+def test_the_docker_backend_runs_the_same_server_with_the_image_s_runtime(settings):
+    # given the docker backend, whose image carries the same pinned runtime at the same path
+    settings.SANDBOX_BACKEND = "docker"
+    b = bundle(tests=None)
+    # when the server is probed and its tests run there
+    result = probe_server(b, b.manifest, timeout_s=60)
+    tests = run_server_tests(b, b.manifest, timeout_s=60)
+    # then it behaves as under bwrap
+    assert result.error is None
+    assert [t.name for t in result.tools] == ["echo", "shout"]
+    assert (tests.passed, tests.exit_code) == (True, 0)
