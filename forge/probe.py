@@ -8,6 +8,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from forge import sandboxing
@@ -67,7 +68,7 @@ class TestRun:
 
 
 def probe_server(
-    files: Mapping[str, bytes] | Bundle,
+    files: Mapping[str, bytes] | Bundle | Path,
     manifest: McpManifest,
     *,
     credentials: Mapping[str, str] | None = None,
@@ -156,7 +157,7 @@ def schema_problem(tools: tuple[ToolSpec, ...]) -> str | None:
 
 
 def run_server_tests(
-    files: Mapping[str, bytes] | Bundle,
+    files: Mapping[str, bytes] | Bundle | Path,
     manifest: McpManifest,
     *,
     credentials: Mapping[str, str] | None = None,

@@ -39,7 +39,7 @@ _lock = threading.Lock()
 _registered: dict[str, ToolManifest] = {}
 
 
-def _manifest(tool: McpTool) -> ToolManifest:
+def tool_manifest_of(tool: McpTool) -> ToolManifest:
     schema = dict(tool.input_schema or {"type": "object", "properties": {}})
     description = (
         tool.description or f"{tool.name} (MCP skill {tool.qualified_name.split('__')[0]})"
@@ -61,7 +61,7 @@ def tools_sync() -> None:
             "qualified_name", "name", "description", "input_schema", "semantics"
         )
     )
-    wanted = {row.qualified_name: _manifest(row) for row in rows}
+    wanted = {row.qualified_name: tool_manifest_of(row) for row in rows}
     with _lock:
         for name in list(_registered):
             if _registered[name] != wanted.get(name):

@@ -21,7 +21,7 @@ from django.conf import settings
 
 from sandbox.mcp import ProcessSpec
 from sandbox.types import ConnectionReport, Limits, NetworkPolicy, SessionSpec
-from skills.bundle import Bundle, McpManifest
+from skills.bundle import Bundle, McpManifest, bundle_from_directory
 
 #: where the skill's files appear inside the sandbox (read-only)
 SKILL_DIR = "/skill"
@@ -38,9 +38,12 @@ def backend_name() -> str:
     return str(settings.SANDBOX_BACKEND)
 
 
-def write_files(files: Mapping[str, bytes] | Bundle) -> Path:
-    """Write the skill's files to a fresh host directory the sandbox uid can read (not write).
-    The caller removes it (`remove_files`)."""
+def write_files(files: Mapping[str, bytes] | Bundle | Path) -> Path:
+    """Write the skill's files (a mapping, a Bundle, or a skill directory, validated as a
+    bundle) to a fresh host directory the sandbox uid can read (not write). The caller removes
+    it (`remove_files`)."""
+    if isinstance(files, Path):
+        files = bundle_from_directory(files, check_dir_name=False)
     mapping = files.file_map() if isinstance(files, Bundle) else dict(files)
     root = Path(tempfile.mkdtemp(prefix="skill-", dir=_files_root()))
     os.chmod(root, 0o755)  # noqa: S103 - the sandbox uid reads the skill, never writes it

@@ -9,7 +9,7 @@ from django.db.models import Count, QuerySet
 
 from forge.errors import ServerNotFound
 from forge.models import LIVE_STATUSES, DeployedServer, McpTool, ServerStatus
-from forge.registry import _manifest
+from forge.registry import tool_manifest_of
 from skills.models import Policy, PolicyStatus
 
 
@@ -85,7 +85,7 @@ def deployed_tool_schemas(agent_id: int) -> list[dict[str, Any]]:
     }
     tools = McpTool.objects.filter(server__status=ServerStatus.DEPLOYED).select_related("server")
     return [
-        _manifest(tool).schema()
+        tool_manifest_of(tool).schema()
         for tool in tools.order_by("qualified_name")
         if (tool.server.skill_id, tool.server.content_hash) in approved
     ]

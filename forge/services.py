@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
@@ -188,7 +187,8 @@ def _set_status(
             server.failure = ""
         server.save(update_fields=["status", "crash_count", "failure", "updated_at"])
         transaction.on_commit(_tools_changed)
-    pool.stop(server.pk) if status != ServerStatus.DEPLOYED else None
+    if status != ServerStatus.DEPLOYED:
+        pool.stop(server.pk)
     return server
 
 
@@ -331,19 +331,3 @@ def current_server_ids(candidates: set[int]) -> set[int]:
         )
     finally:
         connection.close()
-
-
-def server_summary(server: DeployedServer) -> dict[str, Any]:
-    """A server as the API and the admin list it."""
-    rate = server.failure_rate
-    return {
-        "skill": server.skill.name,
-        "version": server.version.number,
-        "status": server.status,
-        "tool_count": server.tools.count(),
-        "failure_rate": round(rate, 3) if rate is not None else None,
-        "failure": server.failure,
-        "allowed_domains": list(server.allowed_domains),
-        "credentials": sorted(set(server.credentials.values())),
-        "deployed_at": server.created_at.isoformat(),
-    }

@@ -84,7 +84,16 @@ else
     mkdir -p "$work/rootfs/tmp/image"
     cp "$here/runtime.sh" "$here/runtime-requirements.txt" "$work/rootfs/tmp/image/"
     cp /etc/resolv.conf "$work/rootfs/etc/resolv.conf" 2>/dev/null || true
-    chroot "$work/rootfs" env PIP_INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}" \
+    # a host that reaches the registry through a TLS-inspecting proxy names its CA bundle in
+    # PIP_CERT (or REQUESTS_CA_BUNDLE); pip inside the rootfs needs the same bundle
+    cert="${PIP_CERT:-${REQUESTS_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}}"
+    pip_cert=""
+    if [ -f "$cert" ]; then
+        cp "$cert" "$work/rootfs/tmp/image/ca.pem"
+        pip_cert=/tmp/image/ca.pem
+    fi
+    chroot "$work/rootfs" env -u PIP_FIND_LINKS PIP_INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}" \
+        ${pip_cert:+PIP_CERT=$pip_cert} \
         /bin/sh /tmp/image/runtime.sh /opt/motor-cortex-runtime \
         || die "the skill runtime could not be installed inside the rootfs"
     rm -rf "$work/rootfs/tmp/image"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from forge.probe import probe_server, run_server_tests
 from skills.bundle import bundle_from_files
 from tests.forge.conftest import ECHO_SERVER, mcp_files
@@ -126,3 +128,31 @@ def test_the_server_tests_run_under_a_hard_limit():
     result = run_server_tests(hanging, hanging.manifest, timeout_s=8)
     assert (result.passed, result.timed_out) == (False, True)
     assert result.output.endswith("[killed at the 8 s limit]")
+
+
+def test_the_probe_takes_a_skill_directory(tmp_path: Path):
+    # given the skill's files in a directory whose name is not the skill's
+    root = tmp_path / "generated-attempt-2"
+    for rel, text in mcp_files().items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    b = bundle()
+    # when the directory is probed
+    result = probe_server(root, b.manifest)
+    # then its tools are listed
+    assert result.error is None
+    assert [t.name for t in result.tools] == ["echo", "shout"]
+
+
+@pytest.mark.docker
+def test_the_docker_backend_runs_the_same_server_with_the_image_s_runtime(settings):
+    # given the docker backend, whose image carries the same pinned runtime at the same path
+    settings.SANDBOX_BACKEND = "docker"
+    b = bundle(tests=None)
+    # when the server is probed and its tests run there
+    result = probe_server(b, b.manifest, timeout_s=60)
+    tests = run_server_tests(b, b.manifest, timeout_s=60)
+    # then it behaves as under bwrap
+    assert result.error is None
+    assert [t.name for t in result.tools] == ["echo", "shout"]
+    assert (tests.passed, tests.exit_code) == (True, 0)

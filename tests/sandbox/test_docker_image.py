@@ -53,14 +53,30 @@ def test_both_recipes_install_the_shared_package_list_and_run_the_same_finalisat
     assert '"$here/packages.txt"' in build_sh
     assert '--include="$packages"' in build_sh
     assert 'chroot "$work/rootfs" /bin/sh /finalize.sh' in build_sh
-    assert (
-        instructions["COPY"] == "sandbox/image/packages.txt sandbox/image/finalize.sh /tmp/image/"
+    assert instructions["COPY"] == (
+        "sandbox/image/packages.txt sandbox/image/finalize.sh sandbox/image/runtime.sh "
+        "sandbox/image/runtime-requirements.txt /tmp/image/"
     )
     assert "apt-get install -y --no-install-recommends" in instructions["RUN"]
     assert "/tmp/image/packages.txt" in instructions["RUN"]
     assert "sh /tmp/image/finalize.sh" in instructions["RUN"]
-    # and the list holds what the code tool and the default bash allowlist need
-    assert packages() == ["python3", "curl", "jq", "ca-certificates", "coreutils", "grep"]
+    # and both install the skill runtime from the one pinned file, at the same path
+    assert "sh /tmp/image/runtime.sh /opt/motor-cortex-runtime" in instructions["RUN"]
+    assert (
+        '"$here/runtime.sh" "$here/runtime-requirements.txt" "$work/rootfs/tmp/image/"' in build_sh
+    )
+    assert "/bin/sh /tmp/image/runtime.sh /opt/motor-cortex-runtime" in build_sh
+    # and the list holds what the code tool and the default bash allowlist need, and the
+    # virtualenv module the runtime is built with
+    assert packages() == [
+        "python3",
+        "python3-venv",
+        "curl",
+        "jq",
+        "ca-certificates",
+        "coreutils",
+        "grep",
+    ]
 
 
 def test_both_recipes_set_the_same_user_workdir_and_path() -> None:
@@ -136,7 +152,13 @@ def test_production_dockerfile_builds_an_equivalent_image(tmp_path: Path) -> Non
     (tmp_path / "base" / "Dockerfile").write_text(f"FROM {DEFAULT_IMAGE}\nUSER 0\n")
     context = tmp_path / "context"
     (context / "sandbox" / "image").mkdir(parents=True)
-    for name in ("Dockerfile", "packages.txt", "finalize.sh"):
+    for name in (
+        "Dockerfile",
+        "packages.txt",
+        "finalize.sh",
+        "runtime.sh",
+        "runtime-requirements.txt",
+    ):
         shutil.copy(IMAGE_DIR / name, context / "sandbox" / "image" / name)
     try:
         client.images.build(path=str(tmp_path / "base"), tag=base, rm=True)
