@@ -67,14 +67,20 @@ def run_rates(run: Any) -> EnergyRates:
 def attempts_usage(run_id: str) -> dict[int, dict[str, Any]]:
     """attempt index -> {iterations, llm_calls, tool_calls, tool_errors, prompt_tokens,
     completion_tokens, total_tokens, energy_cost} of each attempt of `run_id`. One query."""
+    from runs.layer_step import INSTALL_TOOL
     from runs.models import Attempt, StepState
 
+    # the dependency install is a step of the trace, not a call the model made
+    called = ~Q(steps__tool=INSTALL_TOOL)
     rows = (
         Attempt.objects.filter(run_id=run_id)
         .annotate(
-            calls=Count("steps"),
+            calls=Count("steps", filter=called),
             # a done call whose envelope says not ok (JSON: the key compares as JSON false)
-            failed=Count("steps", filter=Q(steps__state=StepState.DONE, steps__result__ok=False)),
+            failed=Count(
+                "steps",
+                filter=called & Q(steps__state=StepState.DONE, steps__result__ok=False),
+            ),
         )
         .values(
             "index",

@@ -62,7 +62,9 @@ def run_list(
         .annotate(total=Sum("iteration"))
         .values("total")
     )
-    rows = queryset.annotate(iterations=Subquery(iterations)).order_by("-created_at")[
+    # summed from the attempts (not MotorRun.iterations) so runs recorded before that column
+    # existed report theirs too
+    rows = queryset.annotate(attempt_iterations=Subquery(iterations)).order_by("-created_at")[
         : max(1, min(limit, 100))
     ]
     return (
@@ -73,7 +75,7 @@ def run_list(
                 "task": run.task,
                 "started_at": run.started_at,
                 "completed_at": run.completed_at,
-                "iterations": run.iterations or 0,
+                "iterations": run.attempt_iterations or 0,
                 "tools": run.tools,
             }
             for run in rows

@@ -20,6 +20,7 @@ from django.db import connections
 from cognition.core_act import core_act
 from cognition.principals import Principal
 from cognition.services import credential_set
+from runs.accounting import run_usage
 from runs.admin import console_state
 from runs.layer_step import INSTALL_TOOL
 from runs.layers import LayerReady, layer_ensure, layers_collect
@@ -110,6 +111,8 @@ def test_a_skill_run_installs_its_dependencies_once_and_later_runs_reuse_the_lay
         "packages": ["pip:mcdemo==1.0.0"]
     }
     assert code_result["output"].strip() == "value 42"
+    # the install is in the trace but not among the calls the model made
+    assert run_usage(run)["tool_calls"] == 1
     # the trace a reader sees (API run detail, admin console, log) shows the install step
     detail = run_status(run_id=run.pk)["steps"][0]
     assert (detail["tool"], detail["iteration"], detail["ok"]) == (INSTALL_TOOL, 0, True)
