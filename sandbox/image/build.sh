@@ -85,17 +85,22 @@ else
     cp "$here/runtime.sh" "$here/runtime-requirements.txt" "$work/rootfs/tmp/image/"
     cp /etc/resolv.conf "$work/rootfs/etc/resolv.conf" 2>/dev/null || true
     # a host that reaches the registry through a TLS-inspecting proxy names its CA bundle in
-    # PIP_CERT (or REQUESTS_CA_BUNDLE); pip inside the rootfs needs the same bundle
+    # PIP_CERT (or REQUESTS_CA_BUNDLE). Debian's pip inside the rootfs trusts the system bundle
+    # whatever PIP_CERT says, so the host's bundle stands in for it during the install and the
+    # image keeps its own afterwards.
     cert="${PIP_CERT:-${REQUESTS_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}}"
-    pip_cert=""
-    if [ -f "$cert" ]; then
-        cp "$cert" "$work/rootfs/tmp/image/ca.pem"
-        pip_cert=/tmp/image/ca.pem
+    system_ca="$work/rootfs/etc/ssl/certs/ca-certificates.crt"
+    if [ -f "$cert" ] && [ -f "$system_ca" ]; then
+        cp "$system_ca" "$work/ca-certificates.crt.image"
+        cp "$cert" "$system_ca"
     fi
-    chroot "$work/rootfs" env -u PIP_FIND_LINKS PIP_INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}" \
-        ${pip_cert:+PIP_CERT=$pip_cert} \
+    chroot "$work/rootfs" env -u PIP_FIND_LINKS -u PIP_CERT \
+        PIP_INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}" \
         /bin/sh /tmp/image/runtime.sh /opt/motor-cortex-runtime \
         || die "the skill runtime could not be installed inside the rootfs"
+    if [ -f "$work/ca-certificates.crt.image" ]; then
+        cp "$work/ca-certificates.crt.image" "$system_ca"
+    fi
     rm -rf "$work/rootfs/tmp/image"
     say "finalising the rootfs (user 10001, mount points, trimming)"
     cp "$here/finalize.sh" "$work/rootfs/finalize.sh"
