@@ -136,6 +136,13 @@ def _check_candidate(candidate: CortexCandidate) -> None:
         value = getattr(candidate, name)
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise CortexCorrupt(f"candidate {candidate.skill.name!r}: {name} is not a list")
+    try:
+        for stamp in candidate.recent_successes:
+            datetime.fromisoformat(stamp)
+    except ValueError:
+        raise CortexCorrupt(
+            f"candidate {candidate.skill.name!r}: recent_successes holds a non-date"
+        ) from None
 
 
 def reflex_blocker(candidate: CortexCandidate, *, effective: float, current_version: int) -> str:

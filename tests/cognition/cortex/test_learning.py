@@ -279,6 +279,19 @@ def test_a_corrupt_cortex_degrades_to_plain_search_and_is_rebuilt_at_the_next_up
     assert perceive(agent=agent, task="look up the sales report").hit is True
 
 
+def test_a_corrupt_candidate_is_rebuilt_when_an_outcome_is_learned(agent, policy):
+    _acquire(agent, policy)
+    CortexCandidate.objects.update(recent_successes=["yesterday"])
+    assert perceive(agent=agent, task="look up the sales report").degraded is True
+    _, signal = succeeded_run(agent, policy)
+
+    # the cortex is rebuilt; the run's skill is no longer a candidate, so nothing is learned
+    assert learn_from_signal(signal.pk) is None
+    assert Cortex.objects.get().rebuilt_at is not None
+    assert not CortexCandidate.objects.exists()
+    assert perceive(agent=agent, task="look up the sales report").degraded is False
+
+
 def test_retention_is_suggested_after_three_strong_successes_and_yes_makes_it_long_term(
     agent, policy
 ):
