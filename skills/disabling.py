@@ -31,6 +31,31 @@ def disabled_error(policy: Policy) -> SkillDisabled:
     )
 
 
+def _mark(
+    locked: Policy, *, actor: Actor, disabled: bool, by=None, reason: str = "", why: str
+) -> Policy:
+    """Write the locked policy's disabled columns (disabled now by `by` for `reason`, or
+    enabled) and the audit row of that change, whose reason is `why`."""
+    previous = locked.disabled_reason
+    locked.disabled_at = timezone.now() if disabled else None
+    locked.disabled_by = by if disabled else None
+    locked.disabled_reason = reason if disabled else ""
+    locked.save(update_fields=["disabled_at", "disabled_by", "disabled_reason", "updated_at"])
+    changes: dict = {"disabled": {"old": not disabled, "new": disabled}}
+    if not disabled:
+        changes["disabled_reason"] = {"old": previous, "new": ""}
+    _audit(
+        action=AuditAction.POLICY_UPDATED,
+        actor=actor,
+        policy=locked,
+        from_status=locked.status,
+        to_status=locked.status,
+        reason=why,
+        changes=changes,
+    )
+    return locked
+
+
 def policy_disable(*, policy: Policy | int, actor: Actor, reason: str = "") -> Policy:
     """Disable the policy's skill for its agent. Refused when it is disabled already."""
     _require_approver(actor, what="disable skills")
@@ -43,20 +68,14 @@ def policy_disable(*, policy: Policy | int, actor: Actor, reason: str = "") -> P
                 f"{_agent_name(locked.agent)!r}.",
                 details={"action": "disable", "status": "disabled"},
             )
-        locked.disabled_at = timezone.now()
-        locked.disabled_by = actor.user  # type: ignore[assignment]
-        locked.disabled_reason = reason
-        locked.save(update_fields=["disabled_at", "disabled_by", "disabled_reason", "updated_at"])
-        _audit(
-            action=AuditAction.POLICY_UPDATED,
+        return _mark(
+            locked,
             actor=actor,
-            policy=locked,
-            from_status=locked.status,
-            to_status=locked.status,
-            reason=f"disabled: {reason}" if reason else "disabled",
-            changes={"disabled": {"old": False, "new": True}},
+            disabled=True,
+            by=actor.user,
+            reason=reason,
+            why=f"disabled: {reason}" if reason else "disabled",
         )
-    return locked
 
 
 def policy_enable(*, policy: Policy | int, actor: Actor) -> Policy:
@@ -70,24 +89,7 @@ def policy_enable(*, policy: Policy | int, actor: Actor) -> Policy:
                 f"{_agent_name(locked.agent)!r}.",
                 details={"action": "enable", "status": "enabled"},
             )
-        previous = locked.disabled_reason
-        locked.disabled_at = None
-        locked.disabled_by = None
-        locked.disabled_reason = ""
-        locked.save(update_fields=["disabled_at", "disabled_by", "disabled_reason", "updated_at"])
-        _audit(
-            action=AuditAction.POLICY_UPDATED,
-            actor=actor,
-            policy=locked,
-            from_status=locked.status,
-            to_status=locked.status,
-            reason="enabled again",
-            changes={
-                "disabled": {"old": True, "new": False},
-                "disabled_reason": {"old": previous, "new": ""},
-            },
-        )
-    return locked
+        return _mark(locked, actor=actor, disabled=False, why="enabled again")
 
 
 #: the reason a policy released after use carries (see policy_release)
@@ -112,20 +114,7 @@ def policy_release(*, policy: Policy | int, actor: Actor) -> Policy | None:
         locked = _lock_policy(policy_id=policy if isinstance(policy, int) else policy.pk)
         if locked.disabled_at is not None:
             return None
-        locked.disabled_at = timezone.now()
-        locked.disabled_by = None
-        locked.disabled_reason = RELEASE_REASON
-        locked.save(update_fields=["disabled_at", "disabled_by", "disabled_reason", "updated_at"])
-        _audit(
-            action=AuditAction.POLICY_UPDATED,
-            actor=actor,
-            policy=locked,
-            from_status=locked.status,
-            to_status=locked.status,
-            reason=RELEASE_REASON,
-            changes={"disabled": {"old": False, "new": True}},
-        )
-    return locked
+        return _mark(locked, actor=actor, disabled=True, reason=RELEASE_REASON, why=RELEASE_REASON)
 
 
 def policy_reactivate(*, policy: Policy | int, actor: Actor) -> Policy:
@@ -142,19 +131,4 @@ def policy_reactivate(*, policy: Policy | int, actor: Actor) -> Policy:
                 + (" (staff disabled it; staff enable it)." if locked.disabled_at else "."),
                 details={"action": "reactivate", "rule": "only_released_policies"},
             )
-        locked.disabled_at = None
-        locked.disabled_reason = ""
-        locked.save(update_fields=["disabled_at", "disabled_by", "disabled_reason", "updated_at"])
-        _audit(
-            action=AuditAction.POLICY_UPDATED,
-            actor=actor,
-            policy=locked,
-            from_status=locked.status,
-            to_status=locked.status,
-            reason="taken up again for a confirmed use",
-            changes={
-                "disabled": {"old": True, "new": False},
-                "disabled_reason": {"old": RELEASE_REASON, "new": ""},
-            },
-        )
-    return locked
+        return _mark(locked, actor=actor, disabled=False, why="taken up again for a confirmed use")
