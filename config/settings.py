@@ -340,6 +340,12 @@ MOTOR_EXTRACT_SKILLS = env.bool("MOTOR_EXTRACT_SKILLS", default=True)
 MOTOR_RUN_QUEUE = env.str("MOTOR_RUN_QUEUE", default="")
 # seconds without a call before a worker closes a run's warm sandbox session
 MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS = env.int("MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS", default=300)
+# seconds one browser action (navigate, click, ...) may take inside the page
+MOTOR_BROWSER_ACTION_TIMEOUT_SECONDS = env.float(
+    "MOTOR_BROWSER_ACTION_TIMEOUT_SECONDS", default=10.0
+)
+# seconds of browser time one run may use in all (its actions together)
+MOTOR_BROWSER_RUN_SECONDS = env.float("MOTOR_BROWSER_RUN_SECONDS", default=300.0)
 # seconds one slice (one Celery task) keeps advancing a run before it re-queues it, so a long run
 # does not hold a worker thread from the runs queued behind it; 0 = one iteration per task
 MOTOR_SLICE_SECONDS = env.float("MOTOR_SLICE_SECONDS", default=10.0)

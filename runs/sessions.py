@@ -79,8 +79,12 @@ def run_session_get(
         check_run_workspace(workspace)
     except NotAProjectWorkspace as exc:
         raise SandboxError(str(exc)) from None
+    from sandbox.browser import browser_mounts
+
     spec = SessionSpec(
         workspace=Path(workspace),
+        # what the browser tool needs inside (Playwright, Chromium's policy), read-only
+        readonly_mounts=tuple(browser_mounts()),
         network=NetworkPolicy(allowed_domains=allowed_domains),
         limits=replace(Limits(), idle_timeout_s=idle_timeout_s()),
         session_id=run_id,
