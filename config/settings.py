@@ -428,6 +428,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.run_reap",
         "schedule": float(MOTOR_REAPER_INTERVAL_SECONDS),
     },
+    "sandbox-orphans": {
+        "task": "runs.sandbox_orphans_kill",
+        "schedule": float(MOTOR_REAPER_INTERVAL_SECONDS),
+    },
     "motor-wakeup-sweeper": {
         "task": "runs.wakeups_send_pending",
         "schedule": float(MOTOR_WAKEUP_SWEEP_INTERVAL_SECONDS),

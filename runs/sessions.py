@@ -125,6 +125,29 @@ def run_session_close(run_id: str) -> bool:
     return True
 
 
+def orphan_sandboxes_kill() -> list[str]:
+    """Kill every sandbox on this host (bwrap, whichever worker process owns it) whose run has
+    ended — completed, failed or cancelled — with the browser and every other process in it;
+    return those run ids. A worker normally closes a run's session itself when the run ends; this
+    is the watchdog for the session it could not close (a hung close, a lost slice)."""
+    from runs.models import TERMINAL_STATUSES
+    from sandbox.reaper import bwrap_sandboxes, kill_sandbox
+
+    found = bwrap_sandboxes()
+    if not found:
+        return []
+    ended = sorted(
+        MotorRun.objects.filter(pk__in=list(found), status__in=TERMINAL_STATUSES).values_list(
+            "id", flat=True
+        )
+    )
+    for run_id in ended:
+        logger.warning("run %s has ended but its sandbox is alive; killing it", run_id)
+        kill_sandbox(found[run_id])
+        run_session_close(run_id)
+    return ended
+
+
 def open_run_sessions() -> list[str]:
     """Run ids with an open session in this process."""
     return [session.id for session in _sessions() if not session.closed]
