@@ -44,9 +44,9 @@ def _browse(call_id: str, **arguments: object) -> dict:
 def test_sigkill_between_the_approved_click_and_its_record_is_outcome_unknown_never_a_resubmit(
     agent,
     llm_stub_server,
-    start_worker,
-    upstream,
-    tmp_path,  # noqa: F811
+    start_worker,  # noqa: F811
+    upstream,  # noqa: F811
+    tmp_path,
 ):
     # given a worker that dies (SIGKILL, once) right after a call ran, before its result is kept
     upstream.routes_clear()
@@ -109,7 +109,7 @@ def test_sigkill_between_the_approved_click_and_its_record_is_outcome_unknown_ne
 def test_a_worker_sigkilled_mid_action_leaves_no_browser_process(
     agent,
     llm_stub_server,
-    start_worker,
+    start_worker,  # noqa: F811
     upstream,  # noqa: F811
 ):
     # given a run whose browser is waiting on a page that takes 20 s
