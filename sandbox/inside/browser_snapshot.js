@@ -100,32 +100,48 @@
     lines.push("  ".repeat(Math.min(depth, 8)) + text);
     return true;
   };
+  // roles that only group others: not printed (their content is, one level up)
+  const STRUCTURAL = new Set(["paragraph", "label", "navigation", "list", "listitem", "form",
+    "main", "group", "region", "banner", "contentinfo", "complementary", "article", "section",
+    "generic", "presentation", "none"]);
+  const rowLine = (el) => {
+    // a table row on one line: its cells' texts, separated by |
+    const cells = Array.from(el.children).filter((c) => !hidden(c));
+    return "row: " + cells.map((c) => JSON.stringify(clip(c.innerText, 60))).join(" | ");
+  };
   const walk = (node, depth) => {
     if (truncated) return;
     if (node.nodeType === Node.TEXT_NODE) {
       const text = clip(node.textContent, 200);
-      if (text) push(depth, "text: " + JSON.stringify(text));
+      // a label's text is the name of its control, printed there
+      const parent = node.parentElement;
+      if (parent && parent.tagName === "LABEL" && parent.control) return;
+      if (text) push(depth, JSON.stringify(text));
       return;
     }
     if (node.nodeType !== Node.ELEMENT_NODE) return;
     const el = node;
     if (SKIP.has(el.tagName.toUpperCase()) || hidden(el)) return;
     const role = roleOf(el);
-    const named = role && role !== "paragraph" && role !== "label";
+    const named = role && !STRUCTURAL.has(role);
+    if (role === "row") {
+      const interactive = el.querySelector("a[href],button,input,select,textarea,[role=button]");
+      if (!interactive) {
+        push(depth, rowLine(el));
+        return;
+      }
+    }
     if (named) {
       const name = nameOf(el, role);
       let line = role;
       if (name) line += " " + JSON.stringify(name);
-      if (ACTIONABLE.has(role) || ["row", "cell", "columnheader", "table", "form"].includes(role)) {
+      if (ACTIONABLE.has(role) || role === "table") {
         line = "[" + refOf(el) + "] " + line;
       }
       const value = valueOf(el, role);
       if (value !== null && value !== undefined) line += " value=" + JSON.stringify(value);
       if (role === "heading") line += " level=" + el.tagName.slice(1);
       if (el.disabled) line += " disabled";
-      if (role === "link" && el.getAttribute("href")) {
-        line += " href=" + JSON.stringify(clip(el.getAttribute("href"), 120));
-      }
       if (!push(depth, line)) return;
       // a leaf control's text is its name: do not repeat it
       if (["link", "button", "textbox", "searchbox", "option", "heading", "columnheader",

@@ -59,7 +59,7 @@ def _results(run_id: str) -> dict[str, dict]:
     }
 
 
-SUBMIT = {"action": "click", "ref": "e20", "submit": True}
+SUBMIT = {"action": "click", "ref": "e7", "submit": True}
 
 
 def test_the_utility_readings_flow_logs_in_asks_and_submits_exactly_once(
@@ -69,15 +69,15 @@ def test_the_utility_readings_flow_logs_in_asks_and_submits_exactly_once(
     run_id = _start(agent, approval_required=True)
     scripted_llm.add(
         browse("nav", action="navigate", url=f"{PORTAL}/login"),
-        browse("user", action="type", ref="e2", text="tenant67"),
-        browse("pass", action="type", ref="e3", text="<credential:portal_password>"),
-        browse("login", action="click", ref="e4"),
+        browse("user", action="type", ref="e1", text="tenant67"),
+        browse("pass", action="type", ref="e2", text="<credential:portal_password>"),
+        browse("login", action="click", ref="e3"),
         browse("leave", action="navigate", url=f"{PORTAL}/leave"),
         browse("back", action="navigate", url=f"{PORTAL}/meters"),
         browse("table", action="extract", ref="e3", format="table"),
-        browse("m0", action="type", ref="e17", text="988"),
-        browse("m1", action="type", ref="e18", text="415"),
-        browse("m2", action="type", ref="e19", text="1304"),
+        browse("m0", action="type", ref="e4", text="988"),
+        browse("m1", action="type", ref="e5", text="415"),
+        browse("m2", action="type", ref="e6", text="1304"),
         reply_tools(
             tool_call(
                 "request_approval",
@@ -122,7 +122,7 @@ def test_the_utility_readings_flow_logs_in_asks_and_submits_exactly_once(
     )
     assert SECRET_VALUE not in stored
     assert SECRET_VALUE not in json.dumps(scripted_llm.requests)
-    assert '[e3] textbox "Password" value="••••••"' in results["pass"]["output"]
+    assert '[e2] textbox "Password" value="••••••"' in results["pass"]["output"]
     # the undeclared domain was refused and reported
     assert (results["leave"]["ok"], results["leave"]["error_code"]) == (False, "network_blocked")
     assert "evil.test" in results["leave"]["output"]
@@ -166,8 +166,8 @@ def test_nothing_crosses_from_one_run_to_the_next(agent, scripted_llm, portal):
     first = _start(agent)
     scripted_llm.add(
         browse("nav", action="navigate", url=f"{PORTAL}/login"),
-        browse("pass", action="type", ref="e3", text="<credential:portal_password>"),
-        browse("login", action="click", ref="e4"),
+        browse("pass", action="type", ref="e2", text="<credential:portal_password>"),
+        browse("login", action="click", ref="e3"),
         reply_text("Logged in."),
     )
     drive(first, scripted_llm.client())

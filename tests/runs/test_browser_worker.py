@@ -30,7 +30,7 @@ from tests.runs.test_worker_process import (  # noqa: F401 (fixture)
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PORTAL = f"http://{HOST}"
-SUBMIT = {"action": "click", "ref": "e20", "submit": True}
+SUBMIT = {"action": "click", "ref": "e7", "submit": True}
 
 
 def _hosts(upstream) -> str:  # noqa: F811
@@ -73,7 +73,8 @@ def test_sigkill_between_the_approved_click_and_its_record_is_outcome_unknown_ne
         workspace=new_workspace(),
         actor="t",
     )["run_id"]
-    _wait_for(lambda: _status(run_id) == RunStatus.AWAITING_APPROVAL, "the submit's approval")
+    # (a browser starts in seconds, more on a loaded host: generous waits)
+    _wait_for(lambda: _status(run_id) == RunStatus.AWAITING_APPROVAL, "the submit's approval", 240)
     assert marker.exists()
     marker.unlink()  # the next call's end (the approved click) kills the worker again
     approval = ApprovalRequest.objects.get(run_id=run_id)
@@ -83,10 +84,11 @@ def test_sigkill_between_the_approved_click_and_its_record_is_outcome_unknown_ne
     # the outcome is unknown, wants to click again)
     llm_stub_server.add(_browse("again", **SUBMIT))
     run_approve(run_id=run_id, approval_id=approval.pk, actor="user:1")
-    _wait_for(lambda: marker.exists(), "the crash after the click")
+    _wait_for(lambda: marker.exists(), "the crash after the click", 240)
     _wait_for(
         lambda: ApprovalRequest.objects.filter(run_id=run_id).count() == 2,
         "the owner asked about the second click",
+        240,
     )
 
     # then the form went in once; the click's outcome is reported as unknown, and the second
@@ -124,7 +126,7 @@ def test_a_worker_sigkilled_mid_action_leaves_no_browser_process(
         workspace=new_workspace(),
         actor="t",
     )["run_id"]
-    _wait_for(lambda: upstream.seen("/slow?seconds=20") == 1, "the page request")
+    _wait_for(lambda: upstream.seen("/slow?seconds=20") == 1, "the page request", 240)
     sandboxed = _sandbox_processes(worker)
     names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in sandboxed}
     assert "chromium" in names
