@@ -286,6 +286,8 @@ LLM_DEFAULT_MODEL = env.str("LLM_DEFAULT_MODEL", default="gpt-4o-mini")
 LLM_FAST_MODEL = env.str("LLM_FAST_MODEL", default="")
 LLM_SMART_MODEL = env.str("LLM_SMART_MODEL", default="")
 LLM_MOTOR_MODEL = env.str("LLM_MOTOR_MODEL", default="")
+# a vision-capable model (OpenAI-compatible image input) for the browser's vision check; empty: off
+LLM_VISION_MODEL = env.str("LLM_VISION_MODEL", default="")
 LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0)
 LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
 

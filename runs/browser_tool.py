@@ -118,12 +118,27 @@ def run_budget_s() -> float:
     return float(getattr(settings, "MOTOR_BROWSER_RUN_SECONDS", 300.0))
 
 
+#: actions that locate an element by ref (a failure to locate it counts toward the vision check)
+LOCATING = ("click", "type", "select", "scroll", "extract")
+#: failed locates of the same element, in a row, before the vision check
+VISION_AFTER = 2
+
+
 class BrowserExecutor(Executor):
-    """Runs browser actions in the run's session; keeps each run's browser time."""
+    """Runs browser actions in the run's session; keeps each run's browser time and its
+    failed locates (both per worker process)."""
 
     def __init__(self) -> None:
         self._spent: dict[str, float] = {}
+        self._misses: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
+
+    def _missed(self, run_id: str, ref: str, failed: bool) -> int:
+        """Count a failed (or reset on a successful) locate of `ref`; the count now."""
+        with self._lock:
+            key = (run_id, ref)
+            self._misses[key] = self._misses.get(key, 0) + 1 if failed else 0
+            return self._misses[key]
 
     def spent_s(self, run_id: str) -> float:
         with self._lock:
@@ -175,17 +190,43 @@ class BrowserExecutor(Executor):
                 retryable=True,
             )
         self._charge(call.run.id, state.duration_ms / 1000)
+        output = render(
+            state,
+            idempotency_key=f"{call.run.id}:{call.step.pk}" if _risky(call.arguments) else None,
+        )
+        ref = arguments.get("ref")
+        if action in LOCATING and isinstance(ref, str):
+            failed = not state.ok and state.error_code in ("not_found", "timeout", "tool_error")
+            if self._missed(call.run.id, ref, failed) >= VISION_AFTER:
+                output += "\n" + self._vision_check(call, session, ref)
         return envelope(
             ok=state.ok,
-            output=render(
-                state,
-                idempotency_key=f"{call.run.id}:{call.step.pk}" if _risky(call.arguments) else None,
-            ),
+            output=output,
             error_code=state.error_code,
             retryable=state.timed_out,
             provenance="web",
             duration_ms=state.duration_ms,
         )
+
+    def _vision_check(self, call: CallContext, session: Any, ref: str) -> str:
+        """The vision check after repeated failed locates of `ref` (see runs.browser_vision)."""
+        from runs.browser_vision import vision_locate, vision_model
+        from sandbox.browser import SandboxBrowser
+
+        where = f"vision check after {VISION_AFTER} failed locates of {ref}: "
+        if not vision_model():
+            return where + (
+                "unavailable, no vision model is configured (LLM_VISION_MODEL); take a fresh "
+                "snapshot and choose the element again"
+            )
+        shot = SandboxBrowser(session, action_timeout_s=action_timeout_s()).screenshot()
+        if not shot.ok or not isinstance(shot.data, dict):
+            return where + f"no screenshot ({shot.error_code}: {shot.message})"
+        target = str(call.arguments.get("text") or ref)
+        answer = vision_locate(
+            workspace=call.slot.workspace, screenshot=str(shot.data["path"]), target=target
+        )
+        return where + answer
 
 
 def render(state: Any, *, idempotency_key: str | None = None) -> str:

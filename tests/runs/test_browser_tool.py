@@ -182,3 +182,57 @@ def test_nothing_crosses_from_one_run_to_the_next(agent, scripted_llm, portal):
     assert len(meters) == 2
     assert "cookie" not in meters[-1]["headers"]
     assert MotorRun.objects.get(pk=second).status == RunStatus.COMPLETED
+
+
+def test_two_failed_locates_report_the_vision_check_unavailable_without_a_vision_model(
+    agent, scripted_llm, portal, settings
+):
+    settings.LLM_VISION_MODEL = ""
+    run_id = _start(agent)
+    scripted_llm.add(
+        browse("nav", action="navigate", url=f"{PORTAL}/login"),
+        browse("miss1", action="click", ref="e99"),
+        browse("miss2", action="click", ref="e99"),
+        reply_text("Could not find it."),
+    )
+    drive(run_id, scripted_llm.client())
+    results = _results(run_id)
+    assert (results["miss1"]["error_code"], results["miss2"]["error_code"]) == (
+        "not_found",
+        "not_found",
+    )
+    assert "vision check" not in results["miss1"]["output"]
+    assert results["miss2"]["output"].endswith(
+        "vision check after 2 failed locates of e99: unavailable, no vision model is configured "
+        "(LLM_VISION_MODEL); take a fresh snapshot and choose the element again"
+    )
+
+
+def test_two_failed_locates_ask_the_vision_model_with_a_screenshot(
+    agent, scripted_llm, portal, settings, llm_stub_server
+):
+    # given a vision model behind the OpenAI-compatible endpoint
+    settings.LLM_VISION_MODEL = "vision-test"
+    settings.LLM_BASE_URL = llm_stub_server.base_url
+    llm_stub_server.add(reply_text("The 'Log in' button is below the password field."))
+    run_id = _start(agent)
+    scripted_llm.add(
+        browse("nav", action="navigate", url=f"{PORTAL}/login"),
+        browse("pass", action="type", ref="e2", text="<credential:portal_password>"),
+        browse("miss1", action="type", ref="e42", text="Log in"),
+        browse("miss2", action="type", ref="e42", text="Log in"),
+        reply_text("Found it."),
+    )
+    drive(run_id, scripted_llm.client())
+    # then the second miss carries the vision model's answer
+    assert _results(run_id)["miss2"]["output"].endswith(
+        "vision check after 2 failed locates of e42: "
+        "The 'Log in' button is below the password field."
+    )
+    # and the vision model got one PNG screenshot and the target, and no secret
+    (request,) = llm_stub_server.requests
+    assert request["model"] == "vision-test"
+    text, image = request["messages"][0]["content"]
+    assert "'Log in'" in text["text"]
+    assert image["image_url"]["url"].startswith("data:image/png;base64,iVBORw0KGgo")
+    assert SECRET_VALUE not in json.dumps(request)
