@@ -137,12 +137,24 @@ class Residents:
             self._filter = _load_sibling("seccomp").prepare(allow_unix_sockets=True)
         seccomp_filter = self._filter
 
+        # never above what this process may hold (a container's own hard limits stay in force)
+        def capped(res: int, value: int) -> tuple[int, int]:
+            hard = resource.getrlimit(res)[1]
+            if hard != resource.RLIM_INFINITY and (value == resource.RLIM_INFINITY or value > hard):
+                value = hard
+            return value, value
+
+        wanted = [
+            (resource.RLIMIT_AS, capped(resource.RLIMIT_AS, resource.RLIM_INFINITY)),
+            (resource.RLIMIT_DATA, capped(resource.RLIMIT_DATA, limits["data_bytes"])),
+            (resource.RLIMIT_NPROC, capped(resource.RLIMIT_NPROC, limits["processes"])),
+            (resource.RLIMIT_NOFILE, capped(resource.RLIMIT_NOFILE, limits["open_files"])),
+            (resource.RLIMIT_CORE, (0, 0)),
+        ]
+
         def setup() -> None:
-            resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-            resource.setrlimit(resource.RLIMIT_DATA, (limits["data_bytes"], limits["data_bytes"]))
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits["processes"], limits["processes"]))
-            resource.setrlimit(resource.RLIMIT_NOFILE, (limits["open_files"], limits["open_files"]))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            for res, value in wanted:
+                resource.setrlimit(res, value)
             seccomp_filter.install()
 
         log = os.open(f"/tmp/{name}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -180,8 +192,8 @@ class Residents:
         if current is None:
             try:
                 current = self._running[name] = self._start(name, spec)
-            except OSError as exc:
-                msg = f"the {name} could not start: {exc.strerror or exc}"
+            except Exception as exc:  # noqa: BLE001 - reported; the supervisor must go on
+                msg = f"the {name} could not start: {getattr(exc, 'strerror', None) or exc}"
                 return _result(exit_code=None, error=("sandbox_error", msg))
         answer, why = current.call(spec.stdin, spec.timeout_s)
         took = int((time.monotonic() - started) * 1000)
