@@ -307,6 +307,8 @@ LLM_DEFAULT_MODEL = env.str("LLM_DEFAULT_MODEL", default="gpt-4o-mini")
 LLM_FAST_MODEL = env.str("LLM_FAST_MODEL", default="")
 LLM_SMART_MODEL = env.str("LLM_SMART_MODEL", default="")
 LLM_MOTOR_MODEL = env.str("LLM_MOTOR_MODEL", default="")
+# a vision-capable model (OpenAI-compatible image input) for the browser's vision check; empty: off
+LLM_VISION_MODEL = env.str("LLM_VISION_MODEL", default="")
 LLM_TIMEOUT_SECONDS = env.float("LLM_TIMEOUT_SECONDS", default=60.0)
 LLM_MAX_RETRIES = env.int("LLM_MAX_RETRIES", default=2)
 
@@ -391,6 +393,12 @@ FORGE_SERVER_CPU_SECONDS = env.int("FORGE_SERVER_CPU_SECONDS", default=3600)
 
 # seconds without a call before a worker closes a run's warm sandbox session
 MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS = env.int("MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS", default=300)
+# seconds one browser action (navigate, click, ...) may take inside the page
+MOTOR_BROWSER_ACTION_TIMEOUT_SECONDS = env.float(
+    "MOTOR_BROWSER_ACTION_TIMEOUT_SECONDS", default=10.0
+)
+# seconds of browser time one run may use in all (its actions together)
+MOTOR_BROWSER_RUN_SECONDS = env.float("MOTOR_BROWSER_RUN_SECONDS", default=300.0)
 # seconds one slice (one Celery task) keeps advancing a run before it re-queues it, so a long run
 # does not hold a worker thread from the runs queued behind it; 0 = one iteration per task
 MOTOR_SLICE_SECONDS = env.float("MOTOR_SLICE_SECONDS", default=10.0)
@@ -480,6 +488,10 @@ FORGE_PUBLIC_API_DOMAINS: list[str] = env.list(
 CELERY_BEAT_SCHEDULE = {
     "motor-reaper": {
         "task": "runs.run_reap",
+        "schedule": float(MOTOR_REAPER_INTERVAL_SECONDS),
+    },
+    "sandbox-orphans": {
+        "task": "runs.sandbox_orphans_kill",
         "schedule": float(MOTOR_REAPER_INTERVAL_SECONDS),
     },
     "motor-wakeup-sweeper": {

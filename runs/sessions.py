@@ -81,6 +81,8 @@ def run_session_get(
         check_run_workspace(workspace)
     except NotAProjectWorkspace as exc:
         raise SandboxError(str(exc)) from None
+    from sandbox.browser import browser_mounts
+
     mounts: tuple[tuple[Path, str], ...] = ()
     environment: dict[str, str] = {}
     if layer is not None:
@@ -90,8 +92,10 @@ def run_session_get(
         environment = layer_environment()
     spec = SessionSpec(
         workspace=Path(workspace),
+        # what the browser tool needs inside (Playwright, Chromium's policy) and the skill's
+        # dependency layer, read-only
+        readonly_mounts=(*browser_mounts(), *mounts),
         network=NetworkPolicy(allowed_domains=allowed_domains),
-        readonly_mounts=mounts,
         environment=environment,
         limits=replace(Limits(), idle_timeout_s=idle_timeout_s()),
         session_id=run_id,
@@ -130,6 +134,29 @@ def run_session_close(run_id: str) -> bool:
         logger.exception("closing the sandbox session of run %s failed", run_id)
     SANDBOX_SESSIONS_OPEN.set(len(open_run_sessions()))
     return True
+
+
+def orphan_sandboxes_kill() -> list[str]:
+    """Kill every sandbox on this host (bwrap, whichever worker process owns it) whose run has
+    ended — completed, failed or cancelled — with the browser and every other process in it;
+    return those run ids. A worker normally closes a run's session itself when the run ends; this
+    is the watchdog for the session it could not close (a hung close, a lost slice)."""
+    from runs.models import TERMINAL_STATUSES
+    from sandbox.reaper import bwrap_sandboxes, kill_sandbox
+
+    found = bwrap_sandboxes()
+    if not found:
+        return []
+    ended = sorted(
+        MotorRun.objects.filter(pk__in=list(found), status__in=TERMINAL_STATUSES).values_list(
+            "id", flat=True
+        )
+    )
+    for run_id in ended:
+        logger.warning("run %s has ended but its sandbox is alive; killing it", run_id)
+        kill_sandbox(found[run_id])
+        run_session_close(run_id)
+    return ended
 
 
 def open_run_sessions() -> list[str]:

@@ -40,6 +40,14 @@ def run_reap_task() -> dict[str, list[str]]:
     return report
 
 
+@shared_task(name="runs.sandbox_orphans_kill", ignore_result=True)
+def sandbox_orphans_kill_task() -> list[str]:
+    """Periodic (celery-beat): kill the sandboxes (and the browsers in them) of ended runs."""
+    from runs.sessions import orphan_sandboxes_kill
+
+    return orphan_sandboxes_kill()
+
+
 @shared_task(name="runs.run_reemit_pending_questions", ignore_result=True)
 def run_reemit_pending_questions_task(asked_before: str | None = None) -> int:
     """Run once at service start: re-signal every run still awaiting input (asked before

@@ -47,6 +47,10 @@ class ToolManifest:
         default_factory=lambda: {"type": "object", "properties": {}, "additionalProperties": False}
     )
     idempotent: bool = False
+    #: for a kind whose calls differ (a browser's click that submits a form, its scroll that
+    #: does not): True when this call, with these arguments, could do harm if run twice;
+    #: None: every call is as `idempotent` says
+    risky: Callable[[dict[str, Any]], bool] | None = None
 
     def schema(self) -> dict[str, Any]:
         """The function schema offered to the model."""
@@ -136,6 +140,8 @@ def needs_approval(name: str, arguments: dict[str, Any], *, network_enabled: boo
     """True for calls whose repetition could do harm (the sandbox library's idempotency facts)."""
     manifest = _manifests.get(name)
     if manifest is not None:
+        if manifest.risky is not None:
+            return bool(manifest.risky(arguments))
         return not manifest.idempotent
     import sandbox.tools as sandbox_tools
 

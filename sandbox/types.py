@@ -153,6 +153,11 @@ class ExecRequest:
     env: Mapping[str, str] = field(default_factory=dict)  # per-call extras (credentials)
     cwd: str = "/workspace"
     output_limit: int | None = None
+    #: a helper living across calls (the supervisor's "resident", e.g. "browser"): `stdin` is its
+    #: request and the result's stdout its answer; None for a command
+    resident: str | None = None
+    #: stop that resident (and every process it started) instead of calling it
+    resident_stop: bool = False
 
 
 @dataclass(frozen=True, slots=True)

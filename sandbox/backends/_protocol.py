@@ -30,4 +30,6 @@ def exec_message(request: ExecRequest, limits: Limits) -> dict[str, Any]:
         "env": dict(request.env),
         "cwd": request.cwd,
         "output_limit": output_limit,
+        "resident": request.resident,
+        "resident_stop": request.resident_stop,
     }

@@ -199,6 +199,8 @@ class ExecSpec:
         env: dict[str, str],
         cwd: str,
         output_limit: int,
+        resident: str | None = None,
+        resident_stop: bool = False,
     ) -> None:
         self.argv = argv
         self.stdin = stdin
@@ -206,6 +208,10 @@ class ExecSpec:
         self.env = env
         self.cwd = cwd
         self.output_limit = output_limit
+        #: the resident helper this call talks to (resident.py), None for a command
+        self.resident = resident
+        #: stop that resident instead of calling it
+        self.resident_stop = resident_stop
 
 
 def _str_map(value: object, what: str) -> dict[str, str]:
@@ -305,6 +311,9 @@ def parse_exec(raw: Mapping[str, Any], config: Config) -> ExecSpec:
     output_limit = min(output_limit, MAX_OUTPUT_BYTES)
     env = dict(config.env)
     env.update(_str_map(raw.get("env"), "env"))
+    resident = raw.get("resident")
+    if resident is not None and not isinstance(resident, str):
+        raise ProtocolError("resident must be a string or null")
     return ExecSpec(
         argv=list(argv),
         stdin=stdin,
@@ -312,6 +321,8 @@ def parse_exec(raw: Mapping[str, Any], config: Config) -> ExecSpec:
         env=env,
         cwd=cwd,
         output_limit=output_limit,
+        resident=resident,
+        resident_stop=bool(raw.get("resident_stop", False)),
     )
 
 

@@ -58,7 +58,12 @@ CONFIG (every key optional)::
 EXEC::
 
     {"argv": [str, ...], "stdin_b64": str, "timeout_s": float | null, "env": {str: str},
-     "cwd": "/workspace", "output_limit": int | null}
+     "cwd": "/workspace", "output_limit": int | null,
+     "resident": null | "browser", "resident_stop": bool}   # serve mode only, see resident.py
+
+With ``resident`` the call goes to a helper that lives across calls (started from ``argv`` the
+first time): ``stdin`` is handed to it as one frame and its one-frame answer is the RESULT's
+stdout; past ``timeout_s`` the helper and its process tree are killed (``timed_out``).
 
 RESULT::
 
@@ -204,6 +209,8 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         # thread adds the command filter on top for itself and what it starts.
         _install_own_filter()
         runner = Runner(config, inherit=True, host_fd=stdin.fileno())
+        residents = _load_sibling("resident").Residents()
+        config_processes = config.max_processes
         if config.bridge is not None:
             _start_bridge(config.bridge)
     except Exception as exc:  # noqa: BLE001 - every set-up failure is reported, then we exit
@@ -228,10 +235,19 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
             except ProtocolError as exc:
                 write_frame(stdout, {"op": "error", "code": "invalid_args", "message": str(exc)})
                 continue
-            write_frame(stdout, runner.run(spec))
+            if spec.resident is not None:
+                # a resident never meets the file server (see runner.py)
+                runner.stop_file_server()
+                write_frame(stdout, residents.call(spec, spec.resident))
+            else:
+                runner.config.max_processes = (
+                    config_processes + residents.process_allowance() if config_processes else 0
+                )
+                write_frame(stdout, runner.run(spec))
         elif op == "ping":
             write_frame(stdout, {"op": "pong"})
         elif op == "shutdown":
+            residents.stop_all()
             write_frame(stdout, {"op": "bye"})
             return 0
         else:
@@ -325,6 +341,8 @@ INSIDE_MODULES = (
     "tool_search",
     "tool_fetch",
     "tool_bash",
+    "resident",
+    "browser_host",
 )
 
 

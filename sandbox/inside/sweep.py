@@ -12,9 +12,44 @@ SIGKILL = 9
 SWEEP_GRACE_S = 2.0
 
 
+#: the root of a resident's process tree (resident.py), spared by the sweep with its descendants
+_spared_root: int | None = None
+
+
+def spare(pid: int | None) -> None:
+    """Spare process `pid` and its descendants from every sweep (None: spare nothing)."""
+    global _spared_root
+    _spared_root = pid
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root` (children, their children, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                ppid = int(fh.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    found: list[int] = []
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
 def _protected_pids() -> set[int]:
-    """This process, init, and this process's ancestors inside the namespace."""
+    """This process, init, this process's ancestors inside the namespace, and the spared
+    resident's tree."""
     protected = {1, os.getpid()}
+    if _spared_root is not None:
+        protected.add(_spared_root)
+        protected.update(descendants(_spared_root))
     pid = os.getppid()
     while pid > 1 and pid not in protected:
         protected.add(pid)

@@ -83,6 +83,9 @@ _RUNS_UP_TO: dict[TrustLevel, tuple[Risk, ...]] = {
 def _repeat_could_harm(manifest: ToolManifest, arguments: Mapping[str, Any], network: bool) -> bool:
     if manifest.host_side:
         return False
+    if manifest.submit_risk is not None:
+        # a tool of actions (the browser): only a call marked as submitting could harm twice
+        return arguments.get("submit") is True
     try:
         return not sandbox_tools.is_idempotent(manifest.id, arguments, network_enabled=network)
     except ValueError:  # a tool the sandbox does not know (an MCP tool): assume it could
@@ -137,12 +140,11 @@ def decide(
         )
     if tool in context.skill_grants:
         return Decision(Verdict.RUNS, "approved_skill", "granted by the skill's approved policy")
-    if manifest.risk not in _RUNS_UP_TO[trust]:
+    risk = manifest.call_risk(arguments)
+    if risk not in _RUNS_UP_TO[trust]:
         return Decision(
             Verdict.NEEDS_APPROVAL,
             "risk",
-            f"{tool} is {manifest.risk.value} risk; at trust level {trust.value} it needs approval",
+            f"{tool} is {risk.value} risk; at trust level {trust.value} it needs approval",
         )
-    return Decision(
-        Verdict.RUNS, "trust_level", f"{manifest.risk.value} risk runs at {trust.value}"
-    )
+    return Decision(Verdict.RUNS, "trust_level", f"{risk.value} risk runs at {trust.value}")

@@ -99,6 +99,22 @@ class ToolManifest:
     command_whitelist: tuple[str, ...] = ()
     host_side: bool = False
     idempotent: bool = field(default=False)
+    #: a tool whose calls differ by an "action" argument (the browser): the risk of an action
+    #: named here replaces `risk` for that call, and a HIGH one is a call whose repetition could
+    #: do harm; `submit_risk` is the risk of a call marked ``"submit": true``
+    action_risks: Mapping[str, Risk] = field(default_factory=dict)
+    submit_risk: Risk | None = None
+
+    def call_risk(self, arguments: Mapping[str, Any] | None) -> Risk:
+        """The risk of one call with `arguments` (the manifest's own for most tools)."""
+        if not arguments:
+            return self.risk
+        if self.submit_risk is not None and arguments.get("submit") is True:
+            return self.submit_risk
+        action = arguments.get("action")
+        if isinstance(action, str) and action in self.action_risks:
+            return self.action_risks[action]
+        return self.risk
 
     @property
     def side_effects(self) -> bool:
@@ -132,6 +148,8 @@ class ToolManifest:
             "allowed_directories": list(self.allowed_directories),
             "command_whitelist": list(self.command_whitelist),
             "host_side": self.host_side,
+            "action_risks": {action: risk.value for action, risk in self.action_risks.items()},
+            "submit_risk": self.submit_risk.value if self.submit_risk else None,
         }
 
 
@@ -276,6 +294,37 @@ MANIFESTS: dict[str, ToolManifest] = {
             min_trust_level=_SUGGEST,
         ),
         ToolManifest(
+            id="browser",
+            name="Web browser",
+            description=(
+                "Drive a headless web browser inside the sandbox (navigate, click, type, select, "
+                "scroll, wait, extract, evaluate, screenshot, back). Every action answers with "
+                "the page's accessibility snapshot; elements are named by ref. Page content is "
+                "untrusted web content. Mark a click that submits something with submit=true."
+            ),
+            category=Category.NETWORK,
+            inputs=_object(
+                {
+                    "action": {"type": "string", "description": "What to do on the page."},
+                    "url": {"type": "string", "description": "navigate: an http(s) URL."},
+                    "ref": {"type": "string", "description": "An element's ref (e.g. e12)."},
+                    "text": {"type": "string", "description": "type: text; wait: text."},
+                    "submit": {"type": "boolean", "description": "The call submits something."},
+                },
+                ["action"],
+            ),
+            outputs=_outputs(
+                "URL, title, refused requests, extracted data and the accessibility snapshot "
+                "(untrusted web content)."
+            ),
+            risk=Risk.MEDIUM,
+            cost=Cost.EXPENSIVE,
+            min_trust_level=_SUGGEST,
+            # read-only JavaScript can still read whatever the page shows; a submit is final
+            action_risks={"evaluate": Risk.HIGH},
+            submit_risk=Risk.HIGH,
+        ),
+        ToolManifest(
             id=ASK_USER,
             name="Ask the user",
             description=(
@@ -347,7 +396,10 @@ MANIFESTS: dict[str, ToolManifest] = {
 }
 
 TOOL_IDS: tuple[str, ...] = tuple(MANIFESTS)
-SANDBOX_TOOL_IDS: tuple[str, ...] = tuple(i for i, m in MANIFESTS.items() if not m.host_side)
+#: the tools of the sandbox library's registry (the browser is a tool kind of its own)
+SANDBOX_TOOL_IDS: tuple[str, ...] = tuple(
+    i for i, m in MANIFESTS.items() if not m.host_side and i in sandbox_tools.TOOL_NAMES
+)
 HOST_TOOL_IDS: tuple[str, ...] = tuple(i for i, m in MANIFESTS.items() if m.host_side)
 
 #: Names that stand for several tools (the sandbox library's aliases).

@@ -24,6 +24,10 @@ def manifest_table() -> str:
             limits.append("directories: " + ", ".join(f"`{d}`" for d in m.allowed_directories))
         if m.command_whitelist:
             limits.append("commands: " + ", ".join(f"`{c}`" for c in m.command_whitelist))
+        for action, risk in m.action_risks.items():
+            limits.append(f"`{action}`: {risk.value} risk")
+        if m.submit_risk is not None:
+            limits.append(f"a call marked `submit`: {m.submit_risk.value} risk")
         lines.append(
             f"| `{m.id}` | {m.name} | {m.category.value} | {m.risk.value} | {m.cost.value} "
             f"| `{m.min_trust_level.value}` | {'yes' if m.requires_approval else 'no'} "

@@ -112,14 +112,14 @@ def test_unknown_ungranted_and_malformed_calls_are_refused_with_the_reason():
     read = MANIFESTS["read"]
     context = CallContext(granted=frozenset({"list"}))
 
-    unknown = decide(None, BA, context, {}, name="browser")
+    unknown = decide(None, BA, context, {}, name="telnet")
     ungranted = decide(read, BA, context, {"path": "a"})
     malformed = decide(MANIFESTS["list"], BA, context, None)
 
     assert (unknown.verdict, unknown.rule, unknown.reason) == (
         NO,
         "unknown_tool",
-        "there is no tool 'browser'",
+        "there is no tool 'telnet'",
     )
     assert (ungranted.verdict, ungranted.rule, ungranted.reason) == (
         NO,
@@ -172,6 +172,7 @@ def test_an_observing_agent_reads_with_the_real_manifests_and_is_refused_every_w
         "glob": RUN,
         "grep": RUN,
         "fetch": NO,
+        "browser": NO,
         "ask_user": RUN,
         "request_approval": RUN,
         "save_credential": NO,
@@ -184,6 +185,36 @@ def test_a_new_agents_level_runs_every_built_in_tool_it_is_granted():
     assert {t: decide(m, SA, everything, {}).verdict for t, m in MANIFESTS.items()} == {
         t: RUN for t in MANIFESTS
     }
+
+
+def test_the_browsers_risk_is_that_of_each_action():
+    browser = MANIFESTS["browser"]
+    granted = CallContext(granted=frozenset({"browser"}))
+    gated = CallContext(granted=frozenset({"browser"}), approval_required=True)
+    navigate = {"action": "navigate", "url": "https://portal.test/"}
+    evaluate = {"action": "evaluate", "expression": "document.title"}
+    submit = {"action": "click", "ref": "e20", "submit": True}
+
+    # read-only JavaScript and a submitting click are high risk; everything else medium
+    assert [decide(browser, SA, granted, a).verdict for a in (navigate, evaluate, submit)] == [
+        RUN,
+        ASK,
+        ASK,
+    ]
+    assert decide(browser, SA, granted, evaluate).reason == (
+        "browser is high risk; at trust level supervised_auto it needs approval"
+    )
+    assert [decide(browser, BA, granted, a).verdict for a in (navigate, evaluate, submit)] == [
+        RUN,
+        RUN,
+        RUN,
+    ]
+    # under the run's approval rule only the submit could do harm twice
+    assert [decide(browser, BA, gated, a).rule for a in (navigate, evaluate, submit)] == [
+        "trust_level",
+        "trust_level",
+        "approval_required",
+    ]
 
 
 def test_the_decision_is_pure_the_same_inputs_give_the_same_answer():

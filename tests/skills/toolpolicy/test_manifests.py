@@ -26,6 +26,8 @@ FIELDS = {
     "allowed_directories",
     "command_whitelist",
     "host_side",
+    "action_risks",
+    "submit_risk",
 }
 
 
@@ -40,6 +42,7 @@ def test_every_tool_the_runtime_knows_has_a_manifest_and_nothing_else_does():
         "glob",
         "grep",
         "fetch",
+        "browser",
         "ask_user",
         "request_approval",
         "save_credential",
@@ -104,10 +107,11 @@ def test_aliases_expand_and_an_unknown_name_is_refused_naming_the_grantable_set(
         "grep",
     )
     with pytest.raises(UnknownTool) as caught:
-        expand(["browser", "read", "nope"])
+        expand(["telnet", "read", "nope"])
     assert str(caught.value) == (
-        "unknown tool(s): 'browser', 'nope'; grantable: code, bash, read, write, edit, list, "
-        "glob, grep, fetch, ask_user, request_approval, save_credential, filesystem, shell"
+        "unknown tool(s): 'telnet', 'nope'; grantable: code, bash, read, write, edit, list, "
+        "glob, grep, fetch, browser, ask_user, request_approval, save_credential, filesystem, "
+        "shell"
     )
 
 
@@ -122,11 +126,12 @@ def test_core_act_and_policy_validation_offer_exactly_the_grantable_set():
     assert KNOWN_TOOLS == frozenset(manifests.GRANTABLE)
     offered = [value for value, _label in PolicyEditForm.base_fields["tools"].choices]
     assert offered == sorted(manifests.GRANTABLE)
-    assert "browser" not in offered
+    assert "browser" in offered
 
 
 def test_host_side_tools_may_be_named_in_a_grant_and_are_not_sandbox_grants():
     assert run_tools.expand_granted(["ask_user", "shell", "save_credential"]) == ["bash"]
+    assert run_tools.expand_granted(["browser", "ask_user"]) == ["browser"]
     with pytest.raises(InvalidRunParams) as caught:
-        run_tools.expand_granted(["browser"])
+        run_tools.expand_granted(["telnet"])
     assert caught.value.details == {"field": "tools"}

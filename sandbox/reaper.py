@@ -1,0 +1,87 @@
+"""Finding the sandboxes of this host by session id and killing them from outside.
+
+A session's processes (the bwrap sandbox, its supervisor, the browser and everything they started)
+normally end with the session: closing it kills the PID namespace, and a dead owner takes bwrap
+with it (--die-with-parent). This module is the watchdog beside that: `bwrap_sandboxes()` lists
+every bwrap sandbox on the host by session id (the id prefixes the session's runtime directory,
+which bwrap's command line names), whichever process owns it, and `kill_sandbox()` SIGKILLs one
+with every process below it. The caller decides which sessions are orphans (runs: those whose
+run is no longer active).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from sandbox.backends.bwrap_runtime import _default_runtime_root
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, parent pid) of `pid`, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0].decode(), int(fields[1])
+
+
+def descendants(root: int) -> list[int]:
+    """Every live process below `root`, from the parent pids in /proc."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = _stat(int(name))
+            if stat is not None and stat[0] not in ("Z", "X"):
+                children.setdefault(stat[1], []).append(int(name))
+    found: list[int] = []
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def bwrap_sandboxes(runtime_root: Path | None = None) -> dict[str, list[int]]:
+    """{session id (its first 32 characters): [pid of each bwrap process of that session]}."""
+    root = os.fsencode(str(runtime_root or _default_runtime_root()).rstrip("/") + "/")
+    found: dict[str, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if not argv or not argv[0].endswith(b"bwrap"):
+            continue
+        for token in argv:
+            if token.startswith(root):
+                directory = token[len(root) :].split(b"/", 1)[0]
+                session, sep, _suffix = directory.rpartition(b"-")
+                if sep and session:
+                    found.setdefault(session.decode("utf-8", "replace"), []).append(int(name))
+                break
+    return found
+
+
+def kill_sandbox(pids: list[int]) -> list[int]:
+    """SIGKILL the bwrap processes `pids` and every process below them; the pids signalled."""
+    victims: list[int] = []
+    for pid in pids:
+        victims.extend([pid, *descendants(pid)])
+    killed: list[int] = []
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            continue
+        killed.append(pid)
+    return killed
+
+
+__all__ = ["bwrap_sandboxes", "descendants", "kill_sandbox"]

@@ -1,0 +1,149 @@
+"""The browser under real Celery worker processes: a worker SIGKILLed right after an approved
+submitting click leaves its outcome unknown (reported, never clicked again; a second click waits
+for the owner); a worker SIGKILLed in the middle of an action leaves no browser process behind
+(the sandbox, and the browser in it, die with their owner)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from runs.models import ApprovalRequest, MotorRun, RunStatus, Step
+from runs.pipeline.decide import APPROVAL_SUMMARY
+from runs.services import run_approve, run_start
+from tests.fixtures.llm import reply_tools, tool_call
+from tests.fixtures.portal import HOST, serve_portal
+from tests.fixtures.upstream import upstream  # noqa: F401 (fixture)
+from tests.runs.helpers import new_workspace
+from tests.runs.test_worker_process import (  # noqa: F401 (fixture)
+    _pool_children,
+    _sandbox_processes,
+    _status,
+    _wait_for,
+    start_worker,
+)
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PORTAL = f"http://{HOST}"
+SUBMIT = {"action": "click", "ref": "e7", "submit": True}
+
+
+def _hosts(upstream) -> str:  # noqa: F811
+    return f"{HOST}={upstream.ip},evil.test={upstream.ip}"
+
+
+def _browse(call_id: str, **arguments: object) -> dict:
+    return reply_tools(tool_call("browser", arguments, call_id=call_id))
+
+
+def test_sigkill_between_the_approved_click_and_its_record_is_outcome_unknown_never_a_resubmit(
+    agent,
+    llm_stub_server,
+    start_worker,  # noqa: F811
+    upstream,  # noqa: F811
+    tmp_path,
+):
+    # given a worker that dies (SIGKILL, once) right after a call ran, before its result is kept
+    upstream.routes_clear()
+    serve_portal(upstream)
+    marker = tmp_path / "crashed"
+    worker = start_worker(
+        MOTOR_SANDBOX_EGRESS_HOSTS=_hosts(upstream),
+        MOTOR_TEST_CRASH_AT=f"after_execution:{marker}",
+    )
+    _wait_for(lambda: len(_pool_children(worker)) == 1, "the worker's pool process")
+    # and a gated run that opens the meters page (that call's end is the first crash point:
+    # a read-only call is reported as interrupted and the model reads the page again)
+    llm_stub_server.add(
+        _browse("nav", action="navigate", url=f"{PORTAL}/meters"),
+        _browse("nav2", action="navigate", url=f"{PORTAL}/meters"),
+        _browse("submit", **SUBMIT),
+    )
+    run_id = run_start(
+        agent_id=agent.pk,
+        task="Submit the readings",
+        tools=["browser"],
+        allowed_domains=[HOST],
+        approval_required=True,
+        workspace=new_workspace(),
+        actor="t",
+    )["run_id"]
+    # (a browser starts in seconds, more on a loaded host: generous waits)
+    _wait_for(lambda: _status(run_id) == RunStatus.AWAITING_APPROVAL, "the submit's approval", 240)
+    assert marker.exists()
+    marker.unlink()  # the next call's end (the approved click) kills the worker again
+    approval = ApprovalRequest.objects.get(run_id=run_id)
+    assert approval.action == {"tool": "browser", "arguments": SUBMIT}
+
+    # when the owner approves and the worker dies right after the click (and the model, told
+    # the outcome is unknown, wants to click again)
+    llm_stub_server.add(_browse("again", **SUBMIT))
+    run_approve(run_id=run_id, approval_id=approval.pk, actor="user:1")
+    _wait_for(lambda: marker.exists(), "the crash after the click", 240)
+    _wait_for(
+        lambda: ApprovalRequest.objects.filter(run_id=run_id).count() == 2,
+        "the owner asked about the second click",
+        240,
+    )
+
+    # then the form went in once; the click's outcome is reported as unknown, and the second
+    # click waits for the owner
+    assert upstream.requests(HOST).count("POST /readings") == 1
+    submit = Step.objects.get(attempt__run_id=run_id, tool_call_id="submit")
+    assert (submit.state, submit.result["error_code"]) == ("done", "interrupted")
+    assert "its outcome is unknown" in submit.result["output"]
+    assert _status(run_id) == RunStatus.AWAITING_APPROVAL
+    asked = ApprovalRequest.objects.filter(run_id=run_id).order_by("id").last()
+    assert (asked.status, asked.summary, asked.action) == (
+        "pending",
+        APPROVAL_SUMMARY,
+        {"tool": "browser", "arguments": SUBMIT},
+    )
+    time.sleep(2.0)
+    assert upstream.requests(HOST).count("POST /readings") == 1
+
+
+def test_a_worker_sigkilled_mid_action_leaves_no_browser_process(
+    agent,
+    llm_stub_server,
+    start_worker,  # noqa: F811
+    upstream,  # noqa: F811
+):
+    # given a run whose browser is waiting on a page that takes 20 s
+    upstream.routes_clear()
+    worker = start_worker(MOTOR_SANDBOX_EGRESS_HOSTS=_hosts(upstream))
+    llm_stub_server.add(_browse("slow", action="navigate", url=f"{PORTAL}/slow?seconds=20"))
+    run_id = run_start(
+        agent_id=agent.pk,
+        task="Open the slow page",
+        tools=["browser"],
+        allowed_domains=[HOST],
+        workspace=new_workspace(),
+        actor="t",
+    )["run_id"]
+    _wait_for(lambda: upstream.seen("/slow?seconds=20") == 1, "the page request", 240)
+    sandboxed = _sandbox_processes(worker)
+    names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in sandboxed}
+    assert "chromium" in names
+    # when the worker process holding the run is killed
+    owner = MotorRun.objects.filter(pk=run_id).values_list("lease_owner", flat=True).get()
+    os.kill(int(owner.split(":")[1]), signal.SIGKILL)
+
+    # then the sandbox and every browser process in it are gone
+    def alive(pid: int) -> bool:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            return False
+        return state not in (b"Z", b"X")
+
+    def all_gone() -> bool:
+        return not any(alive(pid) for pid in sandboxed)
+
+    _wait_for(all_gone, "the browser's processes to die with the worker", timeout_s=30)
+    os.killpg(worker.pid, signal.SIGKILL)
