@@ -69,7 +69,7 @@ def bundle_check(files: Mapping[str, str], *, expected_name: str = "") -> bundle
     """Validate generated files as one MCP skill (the bundle rules, skill.toml included).
 
     Raises BundleRefused listing every problem as ``<file>: <message> [<rule>]``, and for a
-    skill whose name changed in edit mode.
+    skill not named `expected_name` (an edit keeps its name; a create may be given one).
     """
     try:
         bundle = bundle_lib.bundle_from_files(as_bytes(files), dir_name=None, limits=_limits())
@@ -81,8 +81,7 @@ def bundle_check(files: Mapping[str, str], *, expected_name: str = "") -> bundle
         raise BundleRefused(f"{MANIFEST}: missing; an MCP skill needs its manifest [manifest]")
     if expected_name and bundle.name != expected_name:
         raise BundleRefused(
-            f"SKILL.md: the skill is {expected_name!r} and keeps its name, not {bundle.name!r} "
-            "[edit-keeps-name]"
+            f"SKILL.md: the skill is named {expected_name!r}, not {bundle.name!r} [skill-name]"
         )
     return bundle
 

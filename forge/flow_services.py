@@ -8,6 +8,7 @@ arguments, `actor=` a label ("user:alice", "agent:ops-bot", "worker", "system").
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from .models import WORKER_STATES, FlowEvent, FlowMode, FlowState, ForgeFlow
 
 logger = logging.getLogger(__name__)
 
+_SKILL_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?$")
 #: most characters of a request
 MAX_REQUEST_CHARS = 4000
 #: most domains / credentials one skill may ask for
@@ -114,8 +116,9 @@ def _validated_request(request: object) -> str:
 
 def _edited_skill(*, agent: Any, skill_name: object) -> Skill:
     if not isinstance(skill_name, str) or not skill_name:
-        raise FlowInvalid(
-            "skill: name the skill to change.", details={"field": "skill", "rule": "required"}
+        raise FlowNotFound(
+            "skill: an edit or an improvement names the skill to change; none was named.",
+            details={"field": "skill", "rule": "required"},
         )
     policy = (
         Policy.objects.select_related("skill", "skill__current_version")
@@ -180,11 +183,13 @@ def flow_start(
         if names is None:
             names = list(manifest.credential_names)
     elif skill_name:
-        raise FlowInvalid(
-            "skill: only an edit or an improvement names an existing skill; a new skill is "
-            "named by its manifest.",
-            details={"field": "skill", "rule": "create_has_no_skill"},
-        )
+        # create: the name the new skill should get (the generated files must keep it)
+        if not isinstance(skill_name, str) or not _SKILL_NAME.fullmatch(skill_name):
+            raise FlowInvalid(
+                "skill: lowercase letters, digits and hyphens, at most 64 characters.",
+                details={"field": "skill", "rule": "format"},
+            )
+        name = skill_name
     flow = ForgeFlow(
         agent=agent,
         mode=mode,

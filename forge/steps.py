@@ -130,7 +130,7 @@ def _generate(lease: FlowLease, client: openai.OpenAI) -> None:
     try:
         reply = llm_chat(client=client, messages=generation.messages(request), role=ModelRole.MOTOR)
         files = generation.parse_answer(reply.content or "")
-        bundle = bundle_check(files, expected_name=flow.skill_name if flow.base_version_id else "")
+        bundle = bundle_check(files, expected_name=flow.skill_name)
         problem = beyond_request(flow, bundle.manifest)
     except (generation.GenerationMalformed, BundleRefused) as exc:
         files, problem = {}, str(exc)

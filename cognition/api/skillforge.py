@@ -11,9 +11,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,11 +26,28 @@ from forge.models import FlowMode
 from . import fields
 from .views import AGENT_PARAM, TRIGGER_PARAM, PrincipalAPIView, _errors
 
+#: what the schema admits (the service checks the same): host names, vault entry names
+HOST_PATTERN = r"^(?:\*\.)?(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$"
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,63}$"
 
-def _names(help_text: str = "") -> serializers.ListField:
-    """An optional list of at most 20 names (hosts or vault entries)."""
+
+def _patterned(pattern: str, max_length: int, **kwargs: Any) -> serializers.CharField:
+    """A JSON string matching `pattern` (the schema says so, so generated data fits)."""
+
+    @extend_schema_field({"type": "string", "pattern": pattern, "maxLength": max_length})
+    class Patterned(serializers.CharField):
+        def to_internal_value(self, data: Any) -> str:
+            if not isinstance(data, str) or not re.fullmatch(pattern, data):
+                raise serializers.ValidationError(f"Must match {pattern}.")
+            return data
+
+    return Patterned(max_length=max_length, **kwargs)
+
+
+def _names(pattern: str, help_text: str = "") -> serializers.ListField:
+    """An optional list of at most 20 names (hosts or vault entries) matching `pattern`."""
     return serializers.ListField(
-        child=fields.Text(max_length=253),
+        child=_patterned(pattern, 253),
         max_length=20,
         required=False,
         allow_null=True,
@@ -41,16 +59,20 @@ def _names(help_text: str = "") -> serializers.ListField:
 class FlowCreateSerializer(serializers.Serializer):
     request = fields.Text(max_length=4000, help_text="What the tool should do (or what to change).")
     mode = serializers.ChoiceField(choices=FlowMode.values, default=FlowMode.CREATE)
-    skill = fields.Text(
+    skill = _patterned(
+        r"^(?:[a-z0-9](?:[a-z0-9-]{0,62}[a-z0-9])?)?$",
+        64,
         required=False,
         default="",
         allow_blank=True,
-        max_length=64,
-        help_text="edit/improve: the skill.",
+        help_text="edit/improve: the skill to change; create: the name the new skill should get "
+        "(lowercase letters, digits, hyphens).",
     )
-    allowed_domains = _names("Hosts the tool may reach ([] for none); asked when absent.")
+    allowed_domains = _names(
+        HOST_PATTERN, "Hosts the tool may reach ([] for none); asked when absent."
+    )
     credentials = _names(
-        "Vault entry names it needs ([] for none; never values); asked when absent."
+        NAME_PATTERN, "Vault entry names it needs ([] for none; never values); asked when absent."
     )
 
 
@@ -61,7 +83,9 @@ class FlowAnswerSerializer(serializers.Serializer):
 
 
 class FlowDeploySerializer(serializers.Serializer):
-    confirm_domains = _names("The domains you confirm, when the flow asks for confirmation.")
+    confirm_domains = _names(
+        HOST_PATTERN, "The domains you confirm, when the flow asks for confirmation."
+    )
     note = fields.Text(required=False, default="", allow_blank=True, max_length=2000)
 
 

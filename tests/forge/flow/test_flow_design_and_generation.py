@@ -146,7 +146,7 @@ def test_a_manifest_asking_for_more_domains_than_allowed_is_regenerated(agent, d
         ({"request": "a", "allowed_domains": "x.io"}, "allowed_domains", "list"),
         ({"request": "a", "credentials": ["sk-live 123"]}, "credentials", "format"),
         ({"request": "a", "mode": "destroy"}, "mode", "enum"),
-        ({"request": "a", "skill_name": "adder"}, "skill", "create_has_no_skill"),
+        ({"request": "a", "skill_name": "Adder!"}, "skill", "format"),
     ],
 )
 def test_a_bad_start_is_refused_with_the_field_and_rule_and_creates_nothing(
