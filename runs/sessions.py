@@ -42,7 +42,7 @@ def _sessions() -> Any:
         if _registry is None or _registry_pid != os.getpid():
             from sandbox.session import SessionRegistry
 
-            _registry = SessionRegistry()
+            _registry = SessionRegistry(on_count=SANDBOX_SESSIONS_OPEN.set)
             _registry_pid = os.getpid()
             # bwrap dies with us anyway (--die-with-parent); this also stops proxies and
             # removes runtime directories on a normal exit (pool recycling, shutdown).
@@ -108,7 +108,6 @@ def run_session_get(
         session_registry=registry,
     )
     SANDBOX_STARTS.labels(kind="cold").inc()
-    SANDBOX_SESSIONS_OPEN.set(len(open_run_sessions()))
     return opened
 
 
@@ -132,7 +131,6 @@ def run_session_close(run_id: str) -> bool:
         session.close()
     except Exception:  # noqa: BLE001 - closing is best effort; the sandbox dies with us anyway
         logger.exception("closing the sandbox session of run %s failed", run_id)
-    SANDBOX_SESSIONS_OPEN.set(len(open_run_sessions()))
     return True
 
 

@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from sandbox.backends import get_backend
 from sandbox.types import Backend, ExecRequest, ExecResult, SandboxError, Session, SessionSpec
@@ -80,8 +80,16 @@ class ManagedSession:
 class SessionRegistry:
     """Open sessions of this process; closes idle ones from a daemon thread."""
 
-    def __init__(self, reap_interval_s: float = REAP_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        reap_interval_s: float = REAP_INTERVAL_S,
+        on_count: Callable[[int], None] | None = None,
+    ) -> None:
+        """`on_count` hears the number of open sessions after every open and every close,
+        whoever closed it (a caller, the idle reaper, close_all), so a gauge fed by it is
+        never stale."""
         self.reap_interval_s = reap_interval_s
+        self._on_count = on_count
         self._sessions: dict[str, ManagedSession] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -110,12 +118,24 @@ class SessionRegistry:
                     target=self._reap_loop, name="sandbox-session-reaper", daemon=True
                 )
                 self._reaper.start()
+            count = len(self._sessions)
+        self._counted(count)
         return managed
 
     def forget(self, session: ManagedSession) -> None:
         with self._lock:
-            if self._sessions.get(session.id) is session:
-                del self._sessions[session.id]
+            if self._sessions.get(session.id) is not session:
+                return
+            del self._sessions[session.id]
+            count = len(self._sessions)
+        self._counted(count)
+
+    def _counted(self, count: int) -> None:
+        if self._on_count is not None:
+            try:
+                self._on_count(count)
+            except Exception:  # noqa: BLE001 - a listener must never break a session's life
+                logger.exception("the session count listener failed")
 
     def close_idle(self, now: float | None = None) -> list[str]:
         """Close every session idle longer than its idle timeout; return their ids."""

@@ -79,6 +79,15 @@ def test_tools_are_openai_function_schemas_for_every_core_tool(world):
         "plan",
         "take_up",
         "retain",
+        "create",
+        "edit",
+        "improve",
+        "flows",
+        "flow",
+        "answer",
+        "deploy",
+        "decline",
+        "cancel",
     ]
     assert by_name["core_credential"]["properties"]["action"]["enum"] == ["set", "delete", "list"]
     assert TOOL_NAMES == {

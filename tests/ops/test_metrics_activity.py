@@ -6,6 +6,7 @@ and energy refusals are shown moving in test_metrics.py.)"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -150,9 +151,12 @@ def test_a_reaper_pass_counts_what_it_did(
 
 @pytest.mark.django_db
 def test_sandbox_sessions_open_and_cold_and_warm_starts(client: Client, metrics_on) -> None:
-    from runs.sessions import run_session_close, run_session_get
+    from runs.sessions import open_run_sessions, run_session_close, run_session_get
     from sandbox.types import ExecRequest
 
+    # sessions of earlier tests in this process would close by idle timeout mid-measure
+    for run_id in open_run_sessions():
+        run_session_close(run_id)
     workspace = new_workspace()
     before = scrape(client)
     # when a run's first call opens its session and two later calls reuse it
@@ -175,6 +179,26 @@ def test_sandbox_sessions_open_and_cold_and_warm_starts(client: Client, metrics_
     }
     assert moved_by(before, during, "motor_sandbox_sessions_open") == 1
     assert moved_by(before, after, "motor_sandbox_sessions_open") == 0
+
+
+@pytest.mark.django_db
+def test_a_session_the_idle_reaper_closes_leaves_the_open_sessions_gauge(
+    client: Client, metrics_on, settings
+) -> None:
+    from runs.sessions import _sessions, open_run_sessions, run_session_close, run_session_get
+
+    for run_id in open_run_sessions():
+        run_session_close(run_id)
+    settings.MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS = 0.2
+    before = scrape(client)
+    # given a run's session, opened and then left alone past its idle timeout
+    run_session_get(run_id="run_6c1d2e3f4a5b", workspace=new_workspace(), allowed_domains=())
+    assert moved_by(before, scrape(client), "motor_sandbox_sessions_open") == 1
+    time.sleep(0.4)
+    # when the idle reaper closes it (not the run)
+    assert _sessions().close_idle() == ["run_6c1d2e3f4a5b"]
+    # then the gauge says no session is open any more
+    assert moved_by(before, scrape(client), "motor_sandbox_sessions_open") == 0
 
 
 @pytest.mark.django_db
