@@ -71,6 +71,7 @@ def test_both_recipes_install_the_shared_package_list_and_run_the_same_finalisat
     assert packages() == [
         "python3",
         "python3-venv",
+        "python3-pip",
         "curl",
         "jq",
         "ca-certificates",

@@ -136,6 +136,20 @@ def test_a_layer_built_under_bwrap_is_imported_in_a_docker_session(
         session.close()
 
 
+@pytest.mark.docker
+def test_a_layer_is_built_under_docker_too(index: PackageIndex, tmp_path: Path) -> None:
+    # given an empty layer directory, when the docker backend installs a package from the index
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    outcome = layer_build(
+        packages=[Package("pip", "mcdemo", "1.0.0")], index=index, target=layer, backend="docker"
+    )
+    # then pip inside the image installed it into the layer, read-only for everyone
+    assert outcome.ok, outcome.output
+    assert (layer / "python" / "mcdemo.py").read_text() == "VALUE = 42\n"
+    assert not (layer / "python" / "mcdemo.py").stat().st_mode & 0o222
+
+
 def test_the_install_sandbox_reaches_nothing_but_the_index(
     upstream: Upstream, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
