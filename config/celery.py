@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import (
+    celeryd_after_setup,
     setup_logging,
     task_postrun,
     task_prerun,
@@ -39,6 +40,20 @@ def prefork_database_connections(sender: Any = None, **_: Any) -> None:
     for database in settings.DATABASES.values():
         if (database.get("OPTIONS") or {}).pop("pool", None):
             database["CONN_MAX_AGE"] = 60
+
+
+@celeryd_after_setup.connect(dispatch_uid="config.celery.worker_host")
+def worker_host(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    """A worker announces its host (runs.hosts) and also consumes the host's own queue; a host
+    id another live worker announces ends this one at start, saying why."""
+    from runs.hosts import HostIdInUse, host_heartbeat_start, host_queue, host_register
+
+    try:
+        host_register()
+    except HostIdInUse as exc:
+        raise SystemExit(f"motor: worker refused: {exc}") from None
+    instance.app.amqp.queues.select_add(host_queue())
+    host_heartbeat_start()
 
 
 @setup_logging.connect(dispatch_uid="config.celery.keep_django_logging")

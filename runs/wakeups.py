@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 
-from django.conf import settings
 from kombu.exceptions import OperationalError as BrokerUnavailable
 
+from runs.hosts import run_queue
 from runs.models import PendingWakeup
 from runs.tasks import run_step_task
 
@@ -30,8 +30,8 @@ SWEEP_BATCH = 500
 
 
 def _send(run_id: str, token: int) -> None:
-    queue = getattr(settings, "MOTOR_RUN_QUEUE", "") or None
-    run_step_task.apply_async(args=[run_id, token], queue=queue)
+    # the host holding the run's workspace while it lives, else any host (runs.hosts)
+    run_step_task.apply_async(args=[run_id, token], queue=run_queue(run_id))
 
 
 def wake_up(run_id: str, token: int, *, remember: bool = True) -> bool:
