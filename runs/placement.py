@@ -23,6 +23,7 @@ from runs.host_models import RunPlacement
 from runs.hosts import host_id
 from runs.lease import Lease, lease_fence
 from runs.models import MotorRun
+from runs.sessions import run_session_close
 from runs.snapshots import StorageUnavailable, snapshot_restore, snapshot_take
 from runs.workspaces import workspaces_root
 
@@ -56,6 +57,8 @@ def workspace_arrive(lease: Lease, run: MotorRun) -> None:
     local = workspaces_root() / placement.workspace_name
     if placement.host_id == me and local.is_dir():
         return
+    # a session this process still has for the run is bound to the old directory
+    run_session_close(run.id)
     snapshot_restore(placement.manifest, local)
     local.chmod(0o755)
     with transaction.atomic():
