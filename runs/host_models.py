@@ -17,6 +17,9 @@ class WorkerHost(models.Model):
         max_length=64,
         help_text="Random id of the process announcing this host; a new one per start.",
     )
+    machine = models.CharField(
+        max_length=200, default="", help_text="Hostname of the machine the process runs on."
+    )
     pid = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField()
     heartbeat_at = models.DateTimeField(help_text="The database's time of the last heartbeat.")

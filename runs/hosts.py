@@ -4,7 +4,9 @@ A worker process registers its host (MOTOR_HOST_ID, the hostname by default) in 
 at start and renews the row's heartbeat every MOTOR_HOST_HEARTBEAT_SECONDS with the database's
 time, so hosts with skewed clocks are judged by one clock. A host id whose row another process
 renewed within MOTOR_HOST_GRACE_SECONDS is refused at start: two live hosts under one name
-would each believe they hold the other's workspaces.
+would each believe they hold the other's workspaces. A process on this same machine that no
+longer exists (a worker killed and restarted) holds nothing: its id is taken over at once, so the
+restarted worker consumes the host queue its runs' slices wait in.
 
 A run's slices go to the queue of the host holding its workspace (`RunPlacement.host_id`)
 while that host's heartbeat is fresh, and to the shared run queue once it is missing past the
@@ -26,6 +28,7 @@ from django.db import transaction
 from django.db.models.functions import Now
 
 from runs.host_models import RunPlacement, WorkerHost
+from runs.lease import owner_is_dead
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +68,9 @@ def host_register() -> str:
     with transaction.atomic():
         row = WorkerHost.objects.select_for_update().filter(pk=me).first()
         if row is not None:
-            live = WorkerHost.objects.filter(pk=me, heartbeat_at__gte=Now() - _grace()).exists()
+            live = WorkerHost.objects.filter(
+                pk=me, heartbeat_at__gte=Now() - _grace()
+            ).exists() and not owner_is_dead(f"{row.machine}:{row.pid}")
             if live:
                 raise HostIdInUse(
                     f"host id {me!r} is announced by another live worker (pid {row.pid}, "
@@ -73,11 +78,20 @@ def host_register() -> str:
                     f"(a heartbeat older than MOTOR_HOST_GRACE_SECONDS frees the id)"
                 )
             WorkerHost.objects.filter(pk=me).update(
-                instance=instance, pid=os.getpid(), started_at=Now(), heartbeat_at=Now()
+                instance=instance,
+                machine=socket.gethostname(),
+                pid=os.getpid(),
+                started_at=Now(),
+                heartbeat_at=Now(),
             )
         else:
             WorkerHost.objects.create(
-                host_id=me, instance=instance, pid=os.getpid(), started_at=Now(), heartbeat_at=Now()
+                host_id=me,
+                instance=instance,
+                machine=socket.gethostname(),
+                pid=os.getpid(),
+                started_at=Now(),
+                heartbeat_at=Now(),
             )
     _instance = instance
     return instance

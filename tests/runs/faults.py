@@ -295,8 +295,6 @@ class Processes:
         concurrency: int = 8,
         **extra: str,
     ) -> subprocess.Popen[bytes]:
-        # each worker process is a host of its own unless the test names one
-        extra.setdefault("MOTOR_HOST_ID", f"test-host-{len(self.started)}")
         env = self.env(broker=broker, database=database, CELERY_WORKER_POOL=pool, **extra)
         argv = ["worker", f"--pool={pool}", f"--concurrency={concurrency}", "--loglevel=INFO"]
         argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]

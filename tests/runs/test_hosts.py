@@ -129,3 +129,26 @@ def test_a_run_resumed_on_another_host_finds_its_workspace_restored(
         ("read", "done"),
     ]
     assert steps[2].result["ok"] is True
+
+
+def test_a_host_id_whose_process_on_this_machine_is_gone_is_taken_over_at_once(
+    settings,
+) -> None:
+    # given a fresh heartbeat row left by a worker of this machine that was killed
+    import socket
+    import subprocess
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    WorkerHost.objects.create(
+        host_id="host-a",
+        instance="old",
+        machine=socket.gethostname(),
+        pid=gone.pid,
+        started_at=timezone.now(),
+        heartbeat_at=timezone.now(),
+    )
+    settings.MOTOR_HOST_ID = "host-a"
+    # when a worker restarts under the same id, it takes the id over without waiting the grace
+    instance = host_register()
+    assert WorkerHost.objects.get(pk="host-a").instance == instance != "old"
