@@ -70,7 +70,7 @@ from runs.models import (
 )
 from runs.mutex import mutex_hold
 from runs.pipeline import call_perform, executors_prewarm, intent_ahead
-from runs.placement import workspace_arrive
+from runs.placement import workspace_arrive, workspace_snapshot
 from runs.policy_gate import standing_of
 from runs.records import SliceOutcome
 from runs.sessions import open_run_sessions, run_session_close
@@ -231,6 +231,8 @@ def _run_slice(
 
         # the workspace comes here first when another host held it (runs.placement)
         workspace_arrive(lease, run)
+        # and what a call left unsnapshotted (its store was down) is stored before more changes
+        workspace_snapshot(lease, run)
         # the skill's declared dependencies: installed once into a layer, mounted read-only
         layer = run_layer_prepare(lease, run, attempt, owner=owner, actor=actor)
         if isinstance(layer, SliceOutcome):

@@ -152,3 +152,71 @@ def test_a_host_id_whose_process_on_this_machine_is_gone_is_taken_over_at_once(
     # when a worker restarts under the same id, it takes the id over without waiting the grace
     instance = host_register()
     assert WorkerHost.objects.get(pk="host-a").instance == instance != "old"
+
+
+def _filesystem_run(agent, workspace: Path) -> str:
+    workspace.mkdir()
+    return run_start(
+        agent_id=agent.pk, task="t", tools=["filesystem"], workspace=str(workspace), actor="t"
+    )["run_id"]
+
+
+def test_a_workspace_past_the_snapshot_quota_fails_the_run_with_the_reason(
+    settings, agent, scripted_llm, tmp_path: Path
+) -> None:
+    settings.MOTOR_SNAPSHOT_MAX_BYTES = 4
+    run_id = _filesystem_run(agent, tmp_path / "ws_1")
+    scripted_llm.add(
+        reply_tools(tool_call("write", {"path": "big.txt", "content": "hello"}, call_id="w")),
+        reply_text("done"),
+    )
+    assert run_step(run_id=run_id, client=scripted_llm.client(), owner="a:1") is (
+        SliceOutcome.FINISHED
+    )
+    run = MotorRun.objects.get(pk=run_id)
+    assert run.status == RunStatus.FAILED
+    failure = run.attempts.get().failure
+    assert (failure["category"], failure["retryable"]) == ("tool_failure", False)
+    assert failure["message"] == (
+        "workspace snapshot refused: the workspace holds 5 bytes, more than the snapshot limit "
+        "of 4 bytes (MOTOR_SNAPSHOT_MAX_BYTES, the workspace quota)"
+    )
+    assert RunPlacement.objects.get(pk=run_id).snapshot_seq == 0
+
+
+def test_a_snapshot_the_store_refuses_leaves_the_step_to_be_taken_again(
+    settings, agent, scripted_llm, tmp_path: Path
+) -> None:
+    # given a snapshot store that cannot be written (a file where its directory should be)
+    blocked = tmp_path / "store"
+    blocked.write_text("not a directory")
+    settings.MOTOR_SNAPSHOT_DIR = blocked
+    settings.MOTOR_SNAPSHOT_RETRY_SECONDS = 0
+    run_id = _filesystem_run(agent, tmp_path / "ws_1")
+    scripted_llm.add(
+        reply_tools(tool_call("write", {"path": "a.txt", "content": "alpha"}, call_id="w")),
+        reply_text("done"),
+    )
+    client = scripted_llm.client()
+    # when a call's files cannot be snapshotted, its result is not recorded: the slice ends
+    assert run_step(run_id=run_id, client=client, owner="a:1") is SliceOutcome.CONTINUED
+    step = Step.objects.get(attempt__run_id=run_id)
+    assert (step.tool_call_id, step.state) == ("w", "intent")
+    assert MotorRun.objects.get(pk=run_id).status == RunStatus.RUNNING
+    # and once the store is back, the next slice takes the step up again: as any call whose
+    # result was never recorded, it is reported to the model as interrupted and retryable
+    blocked.unlink()
+    for _ in range(3):
+        if run_step(run_id=run_id, client=client, owner="a:1") is not SliceOutcome.CONTINUED:
+            break
+    run = MotorRun.objects.get(pk=run_id)
+    assert run.status == RunStatus.COMPLETED
+    step.refresh_from_db()
+    assert (step.state, step.result["error_code"], step.result["retryable"]) == (
+        "done",
+        "interrupted",
+        True,
+    )
+    placement = RunPlacement.objects.get(pk=run_id)
+    assert (placement.snapshot_seq, set(placement.manifest)) == (1, {"a.txt"})
+    assert (blocked / "blobs" / placement.manifest["a.txt"][0]).read_text() == "alpha"
