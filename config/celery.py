@@ -54,6 +54,10 @@ def worker_host(sender: Any = None, instance: Any = None, **_: Any) -> None:
         raise SystemExit(f"motor: worker refused: {exc}") from None
     instance.app.amqp.queues.select_add(host_queue())
     host_heartbeat_start()
+    # the registration's connection goes back to the pool the slices share
+    from django.db import connections
+
+    connections.close_all()
 
 
 @setup_logging.connect(dispatch_uid="config.celery.keep_django_logging")

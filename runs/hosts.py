@@ -110,7 +110,7 @@ def host_heartbeat_start() -> threading.Thread:
     stop = threading.Event()
 
     def beat() -> None:
-        from django.db import close_old_connections
+        from django.db import connections
 
         while not stop.wait(interval):
             try:
@@ -119,7 +119,8 @@ def host_heartbeat_start() -> threading.Thread:
             except Exception:  # noqa: BLE001 - a database outage must not end the heartbeat
                 logger.warning("host %s: heartbeat failed", host_id(), exc_info=True)
             finally:
-                close_old_connections()
+                # back to the pool: a worker's pool may hold a single connection for its slices
+                connections.close_all()
 
     thread = threading.Thread(target=beat, name="motor-host-heartbeat", daemon=True)
     thread.start()
