@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from celery import Celery
@@ -13,6 +14,7 @@ from celery.signals import (
     task_prerun,
     worker_init,
     worker_process_shutdown,
+    worker_ready,
 )
 from celery.worker.consumer import Consumer
 
@@ -42,22 +44,43 @@ def prefork_database_connections(sender: Any = None, **_: Any) -> None:
             database["CONN_MAX_AGE"] = 60
 
 
-@celeryd_after_setup.connect(dispatch_uid="config.celery.worker_host")
-def worker_host(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    """A worker announces its host (runs.hosts) and also consumes the host's own queue; a host
-    id another live worker announces ends this one at start, saying why."""
-    from runs.hosts import HostIdInUse, host_heartbeat_start, host_queue, host_register
+@celeryd_after_setup.connect(dispatch_uid="config.celery.worker_host_queue")
+def worker_host_queue(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    """A worker also consumes its host's own queue (runs.hosts)."""
+    from runs.hosts import host_queue
 
-    try:
-        host_register()
-    except HostIdInUse as exc:
-        raise SystemExit(f"motor: worker refused: {exc}") from None
     instance.app.amqp.queues.select_add(host_queue())
-    host_heartbeat_start()
-    # the registration's connection goes back to the pool the slices share
+
+
+@worker_ready.connect(dispatch_uid="config.celery.worker_host")
+def worker_host(sender: Any = None, **_: Any) -> None:
+    """Once the worker is set up (its database pool too), it announces its host and keeps the
+    heartbeat; a host id another live worker announces ends this one, saying why."""
+    import threading
+
     from django.db import connections
 
-    connections.close_all()
+    from runs.hosts import HostIdInUse, host_heartbeat_start, host_register
+
+    refused: list[str] = []
+
+    def register() -> None:
+        # in a thread of its own, whose connection is closed with it: the main thread keeps
+        # none out of the pool the slices share
+        try:
+            host_register()
+        except HostIdInUse as exc:
+            refused.append(str(exc))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=register, name="motor-host-register")
+    thread.start()
+    thread.join()
+    if refused:
+        print(f"motor: worker refused: {refused[0]}", file=sys.stderr, flush=True)
+        os._exit(1)
+    host_heartbeat_start()
 
 
 @setup_logging.connect(dispatch_uid="config.celery.keep_django_logging")
