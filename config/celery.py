@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 from celery import Celery
 from celery.signals import (
+    celeryd_after_setup,
     setup_logging,
     task_postrun,
     task_prerun,
     worker_init,
     worker_process_shutdown,
+    worker_ready,
 )
 from celery.worker.consumer import Consumer
 
@@ -39,6 +42,50 @@ def prefork_database_connections(sender: Any = None, **_: Any) -> None:
     for database in settings.DATABASES.values():
         if (database.get("OPTIONS") or {}).pop("pool", None):
             database["CONN_MAX_AGE"] = 60
+
+
+@celeryd_after_setup.connect(dispatch_uid="config.celery.worker_host_queue")
+def worker_host_queue(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    """With MOTOR_MULTI_HOST, a worker also consumes its host's own queue (runs.hosts)."""
+    from runs.hosts import host_queue, multi_host
+
+    if not multi_host():
+        return
+
+    instance.app.amqp.queues.select_add(host_queue())
+
+
+@worker_ready.connect(dispatch_uid="config.celery.worker_host")
+def worker_host(sender: Any = None, **_: Any) -> None:
+    """Once the worker is set up (its database pool too), it announces its host and keeps the
+    heartbeat; a host id another live worker announces ends this one, saying why."""
+    import threading
+
+    from django.db import connections
+
+    from runs.hosts import HostIdInUse, host_heartbeat_start, host_register, multi_host
+
+    if not multi_host():
+        return
+    refused: list[str] = []
+
+    def register() -> None:
+        # in a thread of its own, whose connection is closed with it: the main thread keeps
+        # none out of the pool the slices share
+        try:
+            host_register()
+        except HostIdInUse as exc:
+            refused.append(str(exc))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=register, name="motor-host-register")
+    thread.start()
+    thread.join()
+    if refused:
+        print(f"motor: worker refused: {refused[0]}", file=sys.stderr, flush=True)
+        os._exit(1)
+    host_heartbeat_start()
 
 
 @setup_logging.connect(dispatch_uid="config.celery.keep_django_logging")

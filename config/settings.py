@@ -373,6 +373,28 @@ MOTOR_CREDENTIAL_RESOLVER = (
 MOTOR_EXTRACT_SKILLS = env.bool("MOTOR_EXTRACT_SKILLS", default=True)
 # Celery queue for run slices (empty: the default queue)
 MOTOR_RUN_QUEUE = env.str("MOTOR_RUN_QUEUE", default="")
+# --- several worker hosts (runs.hosts, runs.placement, runs.snapshots) ----------------------------
+# on: workers announce their host, consume a queue of their own, and snapshot run workspaces so
+# another host can resume a run; off (one host): none of that, workspaces stay where they are
+MOTOR_MULTI_HOST = env.bool("MOTOR_MULTI_HOST", default=False)
+# this worker host's id: its heartbeat row and its own queue motor.host.<id> (empty: the hostname)
+MOTOR_HOST_ID = env.str("MOTOR_HOST_ID", default="")
+# seconds between two heartbeats of a worker host
+MOTOR_HOST_HEARTBEAT_SECONDS = env.float("MOTOR_HOST_HEARTBEAT_SECONDS", default=10.0)
+# seconds without a heartbeat after which a host is gone: its runs' slices go to the shared queue
+MOTOR_HOST_GRACE_SECONDS = env.float("MOTOR_HOST_GRACE_SECONDS", default=60.0)
+# object storage for workspace snapshots: empty (MOTOR_SNAPSHOT_DIR) or s3://bucket/prefix
+MOTOR_SNAPSHOT_STORAGE_URL = env.str("MOTOR_SNAPSHOT_STORAGE_URL", default="")
+# the S3-compatible endpoint (e.g. http://minio:9000); empty: AWS
+MOTOR_SNAPSHOT_S3_ENDPOINT_URL = env.str("MOTOR_SNAPSHOT_S3_ENDPOINT_URL", default="")
+# the local snapshot store when MOTOR_SNAPSHOT_STORAGE_URL is empty
+MOTOR_SNAPSHOT_DIR = Path(
+    env.str("MOTOR_SNAPSHOT_DIR", default=str(MOTOR_DATA_DIR / "snapshots"))
+).resolve()
+# largest workspace snapshotted, bytes (the sandbox's workspace quota); a larger one fails the run
+MOTOR_SNAPSHOT_MAX_BYTES = env.int("MOTOR_SNAPSHOT_MAX_BYTES", default=256 * 1024 * 1024)
+# seconds a slice keeps retrying a snapshot the store refuses before it leaves the step for later
+MOTOR_SNAPSHOT_RETRY_SECONDS = env.float("MOTOR_SNAPSHOT_RETRY_SECONDS", default=30.0)
 # --- SkillForge: deployed MCP servers (forge) ----------------------------------------------------
 # the skill runtime (sandbox/image/runtime.sh builds it): the same path on the host and inside
 MOTOR_SKILL_RUNTIME = env.str("MOTOR_SKILL_RUNTIME", default="/opt/motor-cortex-runtime")

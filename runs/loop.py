@@ -70,9 +70,11 @@ from runs.models import (
 )
 from runs.mutex import mutex_hold
 from runs.pipeline import call_perform, executors_prewarm, intent_ahead
+from runs.placement import workspace_arrive, workspace_snapshot
 from runs.policy_gate import standing_of
 from runs.records import SliceOutcome
 from runs.sessions import open_run_sessions, run_session_close
+from runs.snapshots import SnapshotTooLarge, StorageUnavailable
 from runs.tools import SandboxSlot
 
 logger = logging.getLogger(__name__)
@@ -227,6 +229,10 @@ def _run_slice(
         if paused is not None:
             return paused
 
+        # the workspace comes here first when another host held it (runs.placement)
+        workspace_arrive(lease, run)
+        # and what a call left unsnapshotted (its store was down) is stored before more changes
+        workspace_snapshot(lease, run)
         # the skill's declared dependencies: installed once into a layer, mounted read-only
         layer = run_layer_prepare(lease, run, attempt, owner=owner, actor=actor)
         if isinstance(layer, SliceOutcome):
@@ -264,6 +270,28 @@ def _run_slice(
     except LeaseLost:
         logger.info("run %s: lease lost by %s; stopping this slice", run_id, owner)
         return SliceOutcome.LEASE_LOST
+    except StorageUnavailable as exc:
+        # The call's result was not recorded: the next slice takes the step again.
+        logger.warning("run %s: workspace snapshot storage unavailable (%s)", run_id, exc)
+        try:
+            with transaction.atomic():
+                slice_end(lease)
+        except LeaseLost:
+            return SliceOutcome.LEASE_LOST
+        return SliceOutcome.CONTINUED
+    except SnapshotTooLarge as exc:
+        try:
+            return run_fail_fenced(
+                lease,
+                run,
+                attempt,
+                category=FailureCategory.TOOL_FAILURE,
+                message=f"workspace snapshot refused: {exc}",
+                retryable=False,
+                actor=actor,
+            )
+        except LeaseLost:
+            return SliceOutcome.LEASE_LOST
     except CredentialResolverFailed as exc:
         try:
             return run_fail_fenced(

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import logging
 
-from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
 from kombu.exceptions import OperationalError as BrokerUnavailable
 
+from runs.db import release_db_connection
+from runs.hosts import run_queue
 from runs.models import PendingWakeup
 from runs.tasks import run_step_task
 
@@ -30,7 +32,12 @@ SWEEP_BATCH = 500
 
 
 def _send(run_id: str, token: int) -> None:
-    queue = getattr(settings, "MOTOR_RUN_QUEUE", "") or None
+    # the host holding the run's workspace while it lives, else any host (runs.hosts)
+    had_connection = connections[DEFAULT_DB_ALIAS].connection is not None
+    queue = run_queue(run_id)
+    if not had_connection:
+        # a send from a thread that gave its connection back (waiting on the LLM) keeps none
+        release_db_connection()
     run_step_task.apply_async(args=[run_id, token], queue=queue)
 
 

@@ -57,7 +57,11 @@ def test_postgres_and_redis_have_healthchecks_the_app_waits_for(compose: dict) -
     for name in ("postgres", "redis"):
         assert services[name]["healthcheck"]["test"]
     for name in APP_SERVICES:
-        assert services[name]["depends_on"] == {
+        assert {
+            key: value
+            for key, value in services[name]["depends_on"].items()
+            if key != "minio-bucket"
+        } == {
             "postgres": {"condition": "service_healthy"},
             "redis": {"condition": "service_healthy"},
         }
@@ -156,3 +160,20 @@ def test_bin_supervise_stops_its_process_on_sigterm(tmp_path: Path) -> None:
 
 def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
+
+
+def test_workers_scale_as_hosts_of_their_own_sharing_the_snapshot_store(compose: dict) -> None:
+    services = compose["services"]
+    worker = services["worker"]
+    # nothing pins one container: no fixed name, host id or port (`--scale worker=3`)
+    assert "container_name" not in worker and "ports" not in worker
+    assert "MOTOR_HOST_ID" not in worker["environment"]
+    # every worker snapshots run workspaces to the object store, which exists before it starts
+    env = worker["environment"]
+    assert env["MOTOR_SNAPSHOT_STORAGE_URL"] == "s3://motor-snapshots/workspaces"
+    assert env["MOTOR_SNAPSHOT_S3_ENDPOINT_URL"] == "http://minio:9000"
+    assert env["DATABASE_URL"] == services["web"]["environment"]["DATABASE_URL"]
+    assert worker["depends_on"]["minio-bucket"] == {"condition": "service_completed_successfully"}
+    assert "motor-snapshots" in " ".join(services["minio-bucket"]["entrypoint"])
+    assert services["minio"]["restart"] == "unless-stopped"
+    assert "minio-data" in compose["volumes"]

@@ -48,6 +48,7 @@ from runs.pipeline.executors import (
 from runs.pipeline.intent import ToolRequest, intent_ahead, intent_find, intent_new, runs_at_once
 from runs.pipeline.pauses import pause_for_approval, pause_for_question
 from runs.pipeline.record import call_record, step_complete, tool_message
+from runs.placement import workspace_snapshot
 from runs.records import SliceOutcome
 from runs.tools import SandboxSlot, ToolManifest, action_hash
 
@@ -122,6 +123,8 @@ def call_perform(
     executor = executor_for(request.name)
     arguments = request.arguments or {}
     result = call_execute(lease, run, step, request.name, arguments, executor, slot, credentials)
+    # the files the call wrote are in object storage before its result is recorded
+    workspace_snapshot(lease, run)
     return call_record(
         lease,
         run,
