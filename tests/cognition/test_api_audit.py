@@ -90,7 +90,7 @@ def test_pages_follow_the_cursor(world):
     ("query", "field"),
     [
         ("outcome=maybe", "outcome"),
-        ("tool=browser", "tool"),
+        ("tool=teleport", "tool"),
         ("since=yesterday", "since"),
         ("cursor=zz", "cursor"),
     ],

@@ -57,7 +57,7 @@ def test_explicit_grants_without_an_approved_skill_follow_the_trust_level(world,
     standing = run_policy(run)
     read = decide_call(standing, "read", {"path": "a"})
     write = decide_call(standing, "write", {"path": "a", "content": "b"})
-    browser = decide_call(standing, "browser", {})
+    unknown = decide_call(standing, "teleport", {})
 
     assert standing.context.skill_grants == frozenset()
     assert (read.verdict.value, read.rule) == ("runs", "trust_level")
@@ -71,7 +71,7 @@ def test_explicit_grants_without_an_approved_skill_follow_the_trust_level(world,
         "duration_ms": 0,
         "cost": 0.0,
     }
-    assert refusal(browser)["output"] == "there is no tool 'browser'"
+    assert refusal(unknown)["output"] == "there is no tool 'teleport'"
 
 
 def test_a_skills_shell_allowlist_is_enforced_by_the_sandbox(tmp_path: Path):

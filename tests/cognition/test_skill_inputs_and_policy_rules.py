@@ -133,9 +133,15 @@ def test_the_api_answers_invalid_inputs_with_400_naming_the_fields(world, weathe
             "plain_name",
             None,
         ),
-        ({"tools": ["read", "browser"]}, "tools", "known_tool", None),
+        ({"tools": ["read", "teleport"]}, "tools", "known_tool", None),
     ],
-    ids=["schema", "shell-allowlist", "dependency-metacharacters", "dependency-url", "browser"],
+    ids=[
+        "schema",
+        "shell-allowlist",
+        "dependency-metacharacters",
+        "dependency-url",
+        "unknown-tool",
+    ],
 )
 def test_a_policy_refuses_bad_fields_naming_the_rule_and_stays_as_it_was(
     weather, fields, field, rule, message

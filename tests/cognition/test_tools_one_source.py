@@ -70,9 +70,9 @@ def test_the_model_the_api_and_the_openapi_description_see_the_same_tools(
 
 def test_an_unknown_tool_in_a_run_request_is_refused_naming_the_grantable_set(world, workspaces):
     response = bearer(world.alpha_token).post(
-        "/api/v1/runs/", {"task": "x", "tools": ["read", "browser"]}, format="json"
+        "/api/v1/runs/", {"task": "x", "tools": ["read", "teleport"]}, format="json"
     )
 
     assert response.status_code == 400
-    assert "'browser'" in response.json()["error"]["message"]
+    assert "'teleport'" in response.json()["error"]["message"]
     assert ", ".join(manifests.GRANTABLE) in response.json()["error"]["message"]

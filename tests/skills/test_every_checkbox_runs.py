@@ -48,6 +48,7 @@ CALLS: dict[str, tuple[str, dict[str, Any]]] = {
     "glob": ("glob", {"pattern": "*.md"}),
     "grep": ("grep", {"pattern": "weather"}),
     "fetch": ("fetch", {"url": "https://api.open-meteo.com/v1/forecast"}),
+    "browser": ("browser", {"action": "navigate", "url": "https://api.open-meteo.com/"}),
     "ask_user": ("ask_user", {"question": "Which city?"}),
     "request_approval": (
         "request_approval",
@@ -71,6 +72,8 @@ OUTCOMES: dict[str, tuple[str, str | None]] = {
     "grep": (RunStatus.COMPLETED, ""),
     # granted and taken up, then refused by the tool's own rule: the run has no domain to reach
     "fetch": (RunStatus.COMPLETED, "network_blocked"),
+    # the same for the browser: the page it is sent to lies outside the run's domains
+    "browser": (RunStatus.COMPLETED, "network_blocked"),
     "ask_user": (RunStatus.AWAITING_INPUT, None),
     # the tool whose approval it asks for (list) is not granted: nothing to approve
     "request_approval": (RunStatus.COMPLETED, "denied"),
