@@ -276,6 +276,8 @@ def layer_build(
 
 #: seconds between two questions to `should_stop` while an install runs
 STOP_POLL_S = 0.1
+#: seconds a stopped install waits for its sandbox's close (see _StopWatch.__exit__)
+STOP_CLOSE_WAIT_S = 3.0
 
 
 class _StopWatch:
@@ -316,7 +318,10 @@ class _StopWatch:
     def __exit__(self, *exc: object) -> None:
         self._done.set()
         if self._thread is not None:
-            self._thread.join()
+            # a close kills the sandbox's processes first; what follows (the egress proxy
+            # joining a connection stuck in connect(), up to its connect timeout) finishes in
+            # the background instead of holding the caller
+            self._thread.join(timeout=STOP_CLOSE_WAIT_S if self.stopped else None)
 
 
 def _outcome(

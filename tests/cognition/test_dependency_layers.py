@@ -355,10 +355,12 @@ def registry(npm_index: NpmIndex, settings, monkeypatch, tmp_path: Path) -> NpmI
     return npm_index
 
 
+@pytest.mark.parametrize("backend", ["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
 def test_an_npm_dependency_is_installed_and_node_in_the_run_requires_it(
-    world, weather, registry, scripted_llm, settings
+    world, weather, registry, scripted_llm, settings, backend
 ):
-    # given an approved skill that declares an npm package
+    # given an approved skill that declares an npm package, on `backend` (install and run)
+    settings.SANDBOX_BACKEND = backend
     _declare(weather, ["npm:mcdemo-npm@1.0.0"])
     # when it runs and its code step starts node, which requires the package
     run = _run(world, scripted_llm, code=NODE_REQUIRE)
