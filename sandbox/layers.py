@@ -44,8 +44,8 @@ NODE_DIR = "node"
 _SCRATCH = ".install-tmp"
 #: characters of the installers' output kept for the caller (the end: where the error is)
 OUTPUT_CHARS = 4000
-#: memory an installer process may write to (bytes; sandbox Limits.memory_bytes): npm's heap
-#: while it resolves and unpacks a large tree needs more than a run's default
+#: memory an installer process may write to (bytes; sandbox Limits.memory_bytes): twice a run's
+#: default, as resolving and unpacking a large tree is an installer's normal work
 _INSTALL_MEMORY = 1024 * 1024 * 1024
 #: the ecosystems an installer exists for
 ECOSYSTEMS = ("pip", "npm")

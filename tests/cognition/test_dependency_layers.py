@@ -13,10 +13,12 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 
 from cognition.core_act import core_act
 from cognition.principals import Principal
@@ -24,7 +26,14 @@ from cognition.services import credential_set
 from runs.accounting import run_usage
 from runs.admin import console_state
 from runs.layer_step import INSTALL_TOOL
-from runs.layers import LayerReady, layer_ensure, layers_collect
+from runs.layers import (
+    LayerReady,
+    LayerStopped,
+    layer_ensure,
+    layer_key,
+    layer_packages,
+    layers_collect,
+)
 from runs.lease import default_owner
 from runs.models import DependencyLayer, LayerStatus, MotorRun, RunStatus, Step
 from runs.records import SliceOutcome
@@ -484,3 +493,35 @@ def test_a_run_whose_deadline_passes_during_its_install_fails_as_timed_out(
     assert DependencyLayer.objects.count() == 0
     assert list(Path(settings.MOTOR_DEPENDENCY_LAYERS_DIR).iterdir()) == []
     assert scripted_llm.requests == []
+
+
+def test_a_caller_waiting_for_another_builder_stops_when_told_and_leaves_its_claim_alone(
+    world, weather, index
+):
+    # given a layer another live worker is building (its claim unexpired)
+    version = weather.approved_version
+    packages = layer_packages(["mcdemo==1.0.0"])
+    key = layer_key(version.content_hash, packages)
+    DependencyLayer.objects.create(
+        key=key,
+        skill_version=version,
+        packages=list(packages),
+        status=LayerStatus.BUILDING,
+        build_serial=3,
+        builder=default_owner(),
+        build_expires_at=timezone.now() + timedelta(minutes=10),
+    )
+    before = DependencyLayer.objects.values().get()
+    # when a caller waits for it and is told to stop after a second
+    started = time.monotonic()
+    with pytest.raises(LayerStopped):
+        layer_ensure(
+            version_id=version.pk,
+            version_hash=version.content_hash,
+            dependencies=["mcdemo==1.0.0"],
+            owner="waiter",
+            should_stop=lambda: time.monotonic() - started > 1.0,
+        )
+    # then it stopped waiting at once, and the builder's claim is as it was
+    assert 1.0 < time.monotonic() - started < 3.0
+    assert DependencyLayer.objects.values().get() == before
