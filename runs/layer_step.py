@@ -8,22 +8,31 @@ The first slice of each attempt writes the install into the trace as a Step of i
 (iteration 0, before any LLM call; tool `INSTALL_TOOL`): the packages, whether the layer was
 installed or reused, how long it took. A failed install fails the run with the installer's
 message, in the same fenced transaction as that Step.
+
+The install runs under the call watch (runs.sessions.CallWatch) and the run's deadline: a
+cancel (or any newer claim) or the deadline passing kills the installers mid-way
+(runs.layers.LayerStopped; nothing of the build is kept). A cancelled slice then ends as a
+lost lease (the cancel already finished the run); a slice past its deadline fails the run as
+timed out.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from runs.finishing import run_finish_failed
-from runs.layers import LayerFailed, LayerReady, layer_ensure
+from runs.errors import LeaseLost
+from runs.finishing import run_fail_timeout, run_finish_failed
+from runs.layers import LayerFailed, LayerReady, LayerStopped, layer_ensure
 from runs.lease import Lease, lease_fence
 from runs.models import Attempt, FailureCategory, MotorRun, Step, StepState
 from runs.records import SliceOutcome
+from runs.sessions import CallWatch
 from runs.tools import envelope
 
 logger = logging.getLogger(__name__)
@@ -51,19 +60,33 @@ def run_layer_prepare(
     lease: Lease, run: MotorRun, attempt: Attempt, *, owner: str, actor: str
 ) -> Path | SliceOutcome | None:
     """The directory of the run's dependency layer (None: the run declares none), or FINISHED
-    when installing failed and the run was failed for it."""
+    when installing failed (or outlived the run's deadline) and the run was failed for it.
+    Raises LeaseLost when the run was cancelled (or claimed anew) during the install."""
     dependencies = run_dependencies(run)
     if not dependencies:
         return None
     version = run.skill_version
     assert version is not None
+    # time paused for a human (waited_s) is not part of the run's budget (as runs.loop counts)
+    deadline = (run.started_at or run.created_at).timestamp() + run.timeout_s + run.waited_s
     try:
-        ready = layer_ensure(
-            version_id=version.pk,
-            version_hash=version.content_hash,
-            dependencies=dependencies,
-            owner=owner,
-        )
+        # a cancel moves the fencing token; the watch then says stop and the install is killed
+        with CallWatch(run_id=lease.run_id, token=lease.token) as watch:
+            try:
+                ready = layer_ensure(
+                    version_id=version.pk,
+                    version_hash=version.content_hash,
+                    dependencies=dependencies,
+                    owner=owner,
+                    should_stop=lambda: watch.fired or time.time() > deadline,
+                )
+            except LayerStopped:
+                if watch.fired:
+                    raise LeaseLost(
+                        "the run's fencing token moved during the dependency install",
+                        run_id=lease.run_id,
+                    ) from None
+                return run_fail_timeout(lease, run, attempt, actor=actor)
     except LayerFailed as exc:
         with transaction.atomic():
             lease_fence(lease)

@@ -24,7 +24,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -56,6 +56,16 @@ class LayerReady:
     packages: tuple[str, ...]
     installed: bool
     duration_ms: int
+
+
+class LayerStopped(Exception):
+    """The caller's `should_stop` said stop while the layer was being built or waited for. A
+    build of this caller's was killed, its directory removed and its claim given up (the row
+    is deleted), so no layer of it is ever ready and the next caller builds afresh."""
+
+    def __init__(self, *, duration_ms: int) -> None:
+        super().__init__("the dependency install was stopped")
+        self.duration_ms = duration_ms
 
 
 class LayerFailed(Exception):
@@ -105,12 +115,20 @@ def _index() -> Any:  # sandbox.layers.PackageIndex
 
 
 def layer_ensure(
-    *, version_id: int, version_hash: str, dependencies: Sequence[str], owner: str
+    *,
+    version_id: int,
+    version_hash: str,
+    dependencies: Sequence[str],
+    owner: str,
+    should_stop: Callable[[], bool] | None = None,
 ) -> LayerReady:
     """The complete layer of (skill version, `dependencies`), built now if there is none.
 
     Raises LayerFailed with the installer's message when the build fails (this caller's, or
-    the one it waited for), or when another builder's install outlives its time."""
+    the one it waited for), or when another builder's install outlives its time. Raises
+    LayerStopped once `should_stop` (asked while building or waiting) answers True: a build in
+    progress is killed (sandbox.layers.layer_build) and leaves nothing behind."""
+    stop = should_stop or (lambda: False)
     packages = layer_packages(dependencies)
     key = layer_key(version_hash, packages)
     final = layers_dir() / key
@@ -126,7 +144,7 @@ def layer_ensure(
         if verdict == "failed":
             raise LayerFailed(message, retryable=False, duration_ms=elapsed)
         if verdict == "build":
-            return _build(key, serial, packages, final, started)
+            return _build(key, serial, packages, final, started, stop)
         waited_for = serial
         if time.monotonic() > deadline:
             raise LayerFailed(
@@ -134,6 +152,8 @@ def layer_ensure(
                 retryable=True,
                 duration_ms=elapsed,
             )
+        if stop():
+            raise LayerStopped(duration_ms=elapsed)
         time.sleep(WAIT_POLL_S)
 
 
@@ -192,7 +212,12 @@ def _claim(
 
 
 def _build(
-    key: str, serial: int, packages: tuple[str, ...], final: Path, started: float
+    key: str,
+    serial: int,
+    packages: tuple[str, ...],
+    final: Path,
+    started: float,
+    should_stop: Callable[[], bool],
 ) -> LayerReady:
     from sandbox.layers import Package, layer_build, layer_remove
 
@@ -218,10 +243,21 @@ def _build(
             allow_local=bool(getattr(settings, "SANDBOX_ALLOW_LOCAL", False)),
             timeout_s=install_timeout_s(),
             session_id=f"layer-{key[:16]}-{serial}",
+            should_stop=should_stop,
         )
     except BaseException:
         layer_remove(temporary)
         raise
+    if outcome.stopped:
+        layer_remove(temporary)
+        # give the claim up: a waiter (or the next caller) then creates the row and builds
+        DependencyLayer.objects.filter(
+            key=key, build_serial=serial, status=LayerStatus.BUILDING
+        ).delete()
+        logger.info(
+            "dependency layer %s: install stopped after %s ms", key[:12], outcome.duration_ms
+        )
+        raise LayerStopped(duration_ms=_ms(started))
     if not outcome.ok:
         layer_remove(temporary)
         _finish(key, serial, ok=False, message=outcome.output, install_ms=outcome.duration_ms)

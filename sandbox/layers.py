@@ -19,14 +19,22 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from sandbox.session import SessionRegistry, open_session
-from sandbox.types import ExecRequest, Limits, NetworkPolicy, SandboxError, SessionSpec
+from sandbox.types import (
+    ExecRequest,
+    Limits,
+    NetworkPolicy,
+    SandboxError,
+    Session,
+    SessionSpec,
+)
 
 #: where a session sees its layer (read-only)
 LAYER_MOUNT = "/opt/motor-layer"
@@ -36,8 +44,9 @@ NODE_DIR = "node"
 _SCRATCH = ".install-tmp"
 #: characters of the installers' output kept for the caller (the end: where the error is)
 OUTPUT_CHARS = 4000
-#: address space of an installer process (bytes); see layer_build
-_INSTALL_ADDRESS_SPACE = 2 * 1024 * 1024 * 1024
+#: memory an installer process may write to (bytes; sandbox Limits.memory_bytes): twice a run's
+#: default, as resolving and unpacking a large tree is an installer's normal work
+_INSTALL_MEMORY = 1024 * 1024 * 1024
 #: the ecosystems an installer exists for
 ECOSYSTEMS = ("pip", "npm")
 
@@ -88,6 +97,8 @@ class InstallOutcome:
     output: str
     duration_ms: int
     timed_out: bool = False
+    #: the caller's `should_stop` said stop: the installers were killed mid-way
+    stopped: bool = False
 
 
 def _authority(url: str) -> tuple[str, bool]:
@@ -140,6 +151,20 @@ def install_commands(packages: Sequence[Package], index: PackageIndex) -> list[l
     return commands
 
 
+#: the probe that the sandbox has node and npm (a constant command line: no input reaches it)
+_NODE_PROBE = ["sh", "-c", "command -v node >/dev/null && command -v npm >/dev/null"]
+
+
+def no_node_message(backend: str, packages: Sequence[Package]) -> str:
+    """Why npm `packages` cannot be installed on `backend`: its sandbox has no node or npm."""
+    specs = ", ".join(p.spec() for p in packages if p.ecosystem == "npm")
+    return (
+        f"npm dependencies ({specs}) cannot be installed: the {backend} sandbox has no node "
+        "and npm (the sandbox image must include the nodejs and npm packages, "
+        "sandbox/image/packages.txt)"
+    )
+
+
 def _installer_env() -> dict[str, str]:
     """Per-call environment of the installers: scratch space and config inside the layer's
     scratch directory (removed afterwards), never a user config file."""
@@ -164,13 +189,23 @@ def layer_build(
     timeout_s: float = 300.0,
     max_bytes: int = 1024 * 1024 * 1024,
     session_id: str = "",
+    should_stop: Callable[[], bool] | None = None,
 ) -> InstallOutcome:
     """Install `packages` into the empty directory `target` from a sandbox on `backend`.
 
     On success `target` holds the layer, owned by this process's uid and read-only; on failure
     it may hold anything and the caller discards it. A sandbox that cannot start is a failed
-    install too (its message says so); nothing ever installs outside a sandbox.
+    install too (its message says so); nothing ever installs outside a sandbox. npm packages on
+    a sandbox without node and npm fail at once, saying so (`no_node_message`).
+
+    `should_stop` is asked every STOP_POLL_S while the install runs; once it answers True the
+    install's sandbox is closed, which kills the installers and every process they started,
+    and the outcome is `stopped` (never ok).
     """
+    if should_stop is not None and should_stop():
+        return _outcome(
+            False, ["the install was stopped before it started"], time.monotonic(), stopped=True
+        )
     started = time.monotonic()
     (target / _SCRATCH).mkdir(parents=True, exist_ok=True)
     spec = SessionSpec(
@@ -179,9 +214,7 @@ def layer_build(
         limits=replace(
             Limits(),
             workspace_bytes=max_bytes,
-            # an address-space cap (and the container memory of docker): node needs about 800 MiB of
-            # address space to start, more than the run default
-            memory_bytes=_INSTALL_ADDRESS_SPACE,
+            memory_bytes=_INSTALL_MEMORY,
             file_size_bytes=min(max_bytes, 512 * 1024 * 1024),
             cpu_seconds=max(60, int(timeout_s)),
             default_timeout_s=timeout_s,
@@ -190,10 +223,21 @@ def layer_build(
         session_id=session_id,
     )
     outputs: list[str] = []
+    watch = _StopWatch(should_stop)
     try:
         commands = install_commands(packages, index)
         registry = SessionRegistry()
-        with open_session(spec, backend, allow_local=allow_local, session_registry=registry) as s:
+        with (
+            open_session(spec, backend, allow_local=allow_local, session_registry=registry) as s,
+            watch.guarding(s),
+        ):
+            if any(p.ecosystem == "npm" for p in packages):
+                probe = s.exec(ExecRequest(argv=_NODE_PROBE, timeout_s=30))
+                if watch.stopped:
+                    return _outcome(False, outputs, started, stopped=True)
+                if probe.exit_code != 0:
+                    outputs.append(no_node_message(backend, packages))
+                    return _outcome(False, outputs, started)
             for argv in commands:
                 remaining = timeout_s - (time.monotonic() - started)
                 if remaining <= 1:
@@ -206,6 +250,9 @@ def layer_build(
                         output_limit=256 * 1024,
                     )
                 )
+                if watch.stopped:
+                    outputs.append("the install was stopped")
+                    return _outcome(False, outputs, started, stopped=True)
                 text = (result.stdout + result.stderr).decode("utf-8", "replace")
                 outputs.append(f"$ {' '.join(argv[:4])} ...\n{text}")
                 if result.timed_out:
@@ -217,14 +264,73 @@ def layer_build(
                 if result.exit_code != 0:
                     return _outcome(False, outputs, started)
     except SandboxError as exc:
+        if watch.stopped:
+            # the session was closed under the call: that is the stop, not a sandbox failure
+            outputs.append("the install was stopped")
+            return _outcome(False, outputs, started, stopped=True)
         outputs.append(f"sandbox error: {exc}")
         return _outcome(False, outputs, started)
     _settle(target)
     return _outcome(True, outputs, started)
 
 
+#: seconds between two questions to `should_stop` while an install runs
+STOP_POLL_S = 0.1
+#: seconds a stopped install waits for its sandbox's close (see _StopWatch.__exit__)
+STOP_CLOSE_WAIT_S = 3.0
+
+
+class _StopWatch:
+    """While entered, a thread asks `should_stop` every STOP_POLL_S and closes `session` (which
+    kills every process in it) the first time the answer is True."""
+
+    def __init__(self, should_stop: Callable[[], bool] | None) -> None:
+        self._should_stop = should_stop
+        self._session: Session | None = None
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.stopped = False
+
+    def guarding(self, session: Session) -> _StopWatch:
+        self._session = session
+        return self
+
+    def __enter__(self) -> _StopWatch:
+        if self._should_stop is not None:
+            self._thread = threading.Thread(
+                target=self._watch, name="motor-layer-stop", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        assert self._should_stop is not None and self._session is not None
+        while not self._done.wait(STOP_POLL_S):
+            try:
+                stop = self._should_stop()
+            except Exception:  # noqa: BLE001, S112 - a failed question is asked again
+                continue
+            if stop:
+                self.stopped = True
+                self._session.close()
+                return
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        if self._thread is not None:
+            # a close kills the sandbox's processes first; what follows (the egress proxy
+            # joining a connection stuck in connect(), up to its connect timeout) finishes in
+            # the background instead of holding the caller
+            self._thread.join(timeout=STOP_CLOSE_WAIT_S if self.stopped else None)
+
+
 def _outcome(
-    ok: bool, outputs: list[str], started: float, *, timed_out: bool = False
+    ok: bool,
+    outputs: list[str],
+    started: float,
+    *,
+    timed_out: bool = False,
+    stopped: bool = False,
 ) -> InstallOutcome:
     text = "\n".join(outputs).strip()
     return InstallOutcome(
@@ -232,6 +338,7 @@ def _outcome(
         output=text[-OUTPUT_CHARS:],
         duration_ms=int((time.monotonic() - started) * 1000),
         timed_out=timed_out,
+        stopped=stopped,
     )
 
 
@@ -288,4 +395,5 @@ __all__ = [
     "layer_build",
     "layer_environment",
     "layer_remove",
+    "no_node_message",
 ]

@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.fixtures.llm",
     "tests.fixtures.embeddings",
     "tests.fixtures.package_index",
+    "tests.fixtures.npm_index",
     "tests.fixtures.registry",
 ]
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Docker sandbox image without any registry: debootstrap a minimal Debian bookworm,
-# finalise it (sandbox user 10001, mount points, trimmed docs) and `docker import` it.
+# apt-get install packages.txt into it, finalise it (sandbox user 10001, mount points, trimmed
+# docs) and `docker import` it.
 #
 # Usage: sandbox/image/build.sh [IMAGE_TAG]
 #   IMAGE_TAG defaults to $SANDBOX_DOCKER_IMAGE, else motor-cortex-sandbox:local.
@@ -74,16 +75,27 @@ else
     mkdir -p "$cache_dir"
     work="$(mktemp -d "$cache_dir/build.XXXXXX")"
     trap 'rm -rf "$work"' EXIT
-    say "debootstrap --variant=minbase $suite from $mirror with $packages (takes a few minutes)"
-    if ! debootstrap --variant=minbase --include="$packages" "$suite" "$work/rootfs" "$mirror" \
+    say "debootstrap --variant=minbase $suite from $mirror (takes a few minutes)"
+    if ! debootstrap --variant=minbase "$suite" "$work/rootfs" "$mirror" \
             >"$work/debootstrap.log" 2>&1; then
         tail -n 30 "$work/debootstrap.log" >&2
         die "debootstrap failed (log above)"
     fi
+    cp /etc/resolv.conf "$work/rootfs/etc/resolv.conf" 2>/dev/null || true
+    # apt, not debootstrap --include, installs the packages: debootstrap's resolver cannot
+    # configure a tree like npm's (virtual packages, alternatives), apt does, as in the Dockerfile
+    say "apt-get install ${packages//,/ }"
+    # shellcheck disable=SC2086 # one word per package
+    if ! chroot "$work/rootfs" /bin/sh -c 'apt-get update -qq \
+            && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" \
+            && apt-get clean && rm -rf /var/lib/apt/lists/*' sh ${packages//,/ } \
+            >"$work/apt.log" 2>&1; then
+        tail -n 30 "$work/apt.log" >&2
+        die "apt-get install inside the rootfs failed (log above)"
+    fi
     say "installing the skill runtime (runtime-requirements.txt) at /opt/motor-cortex-runtime"
     mkdir -p "$work/rootfs/tmp/image"
     cp "$here/runtime.sh" "$here/runtime-requirements.txt" "$work/rootfs/tmp/image/"
-    cp /etc/resolv.conf "$work/rootfs/etc/resolv.conf" 2>/dev/null || true
     # a host that reaches the registry through a TLS-inspecting proxy names its CA bundle in
     # PIP_CERT (or REQUESTS_CA_BUNDLE). Debian's pip inside the rootfs trusts the system bundle
     # whatever PIP_CERT says, so the host's bundle stands in for it during the install and the
@@ -126,9 +138,9 @@ docker import \
     --change "LABEL motor-cortex.inputs=$inputs_hash" \
     - "$image" <"$rootfs_tar" >/dev/null || die "docker import failed"
 
-check="$(docker run --rm --network none "$image" sh -c 'id -u; python3 -c "print(1+1)"; /opt/motor-cortex-runtime/bin/python3 -c "import mcp.server.fastmcp, httpx, bs4, lxml, yaml, toml, pandas, PIL, pytest" || exit 1; for c in curl jq grep sort uniq wc head tail cat echo date; do command -v $c; done | wc -l')" \
+check="$(docker run --rm --network none "$image" sh -c 'id -u; python3 -c "print(1+1)"; /opt/motor-cortex-runtime/bin/python3 -c "import mcp.server.fastmcp, httpx, bs4, lxml, yaml, toml, pandas, PIL, pytest" || exit 1; for c in curl jq grep sort uniq wc head tail cat echo date node npm; do command -v $c; done | wc -l')" \
     || die "the new image does not start"
-[ "$check" = "$(printf '10001\n2\n11')" ] || die "the new image failed its smoke check: $check"
+[ "$check" = "$(printf '10001\n2\n13')" ] || die "the new image failed its smoke check: $check"
 if [ -n "$old_id" ] && [ "$old_id" != "$(docker image inspect --format '{{.Id}}' "$image")" ]; then
     # the superseded image is now untagged; drop it unless a container still uses it
     docker image rm "$old_id" >/dev/null 2>&1 || true

@@ -55,11 +55,25 @@ def _lower(a: int, b: int) -> int:
     return a if _at_most(a, b) else b
 
 
+#: address space a command may hold beyond `memory_bytes` without writing to it (bytes). A JIT
+#: reserves room it never fills: V8 (node) maps a 512 MiB code range inaccessible at start and
+#: makes pages writable as it compiles, so node cannot start under a 512 MiB address-space cap.
+ADDRESS_RESERVE_BYTES = 1024 * 1024 * 1024
+
+
 def limit_targets(config: Config, file_size: int | None) -> LimitTargets:
-    """The rlimits of the next command (`file_size`: its RLIMIT_FSIZE, None for none)."""
+    """The rlimits of the next command (`file_size`: its RLIMIT_FSIZE, None for none).
+
+    Memory: RLIMIT_DATA at `memory_bytes` bounds what a process can write to (every private
+    writable mapping and the heap; since Linux 4.7 mmap and mprotect are counted too, so a
+    reservation counts once it is made writable). RLIMIT_AS at `memory_bytes` +
+    ADDRESS_RESERVE_BYTES stays as a backstop for shared mappings, which RLIMIT_DATA does not
+    count."""
     targets: LimitTargets = []
     if config.memory_bytes:
-        targets.append((resource.RLIMIT_AS, config.memory_bytes, config.memory_bytes))
+        address_space = config.memory_bytes + ADDRESS_RESERVE_BYTES
+        targets.append((resource.RLIMIT_AS, address_space, address_space))
+        targets.append((resource.RLIMIT_DATA, config.memory_bytes, config.memory_bytes))
     if config.max_processes:
         targets.append((resource.RLIMIT_NPROC, config.max_processes, config.max_processes))
     if file_size is not None:

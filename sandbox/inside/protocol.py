@@ -22,7 +22,14 @@ MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 _HEADER = struct.Struct(">I")
 _READ_CHUNK = 1024 * 1024
 
-_OOM_MARKERS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc", b"out of memory")
+#: what an allocation failure under the memory limits prints (Python, libc, C++, V8/node)
+_OOM_MARKERS = (
+    b"MemoryError",
+    b"Cannot allocate memory",
+    b"std::bad_alloc",
+    b"out of memory",
+    b"Array buffer allocation failed",
+)
 
 
 class ProtocolError(Exception):

@@ -44,13 +44,20 @@ class _StartFailed(Exception):
 
 #: errno values of a fork()/pipe() that failed under the inherited limits (nothing ran)
 _RETRY_ERRNOS = frozenset({errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
-#: address space the supervisor keeps free when it holds a command's RLIMIT_AS (bytes)
+#: address space (and data size) the supervisor keeps free when it holds a command's RLIMIT_AS
+#: (RLIMIT_DATA) on the fast path (bytes)
 _AS_HEADROOM = 32 * 1024 * 1024
 
 
 def _own_address_space() -> int:
     with open("/proc/self/statm", "rb") as fh:
         return int(fh.read().split()[0]) * resource.getpagesize()
+
+
+def _own_data() -> int:
+    """This process's data and stack size (bytes): at least what RLIMIT_DATA counts."""
+    with open("/proc/self/statm", "rb") as fh:
+        return int(fh.read().split()[5]) * resource.getpagesize()
 
 
 def workspace_usage(root: str, *, max_entries: int = MAX_WORKSPACE_ENTRIES) -> tuple[int, int]:
@@ -169,6 +176,9 @@ class Runner(FileServing):
                 request_bytes += sum(len(k) + len(v) for k, v in spec.env.items())
                 if _own_address_space() + _AS_HEADROOM + 4 * request_bytes > soft:
                     raise _SlowPath("this process's address space is too close to RLIMIT_AS")
+            elif res == resource.RLIMIT_DATA:
+                if _own_data() + _AS_HEADROOM > soft:
+                    raise _SlowPath("this process's data size is too close to RLIMIT_DATA")
             elif res == resource.RLIMIT_CPU and time.process_time() + 1.0 >= soft:
                 raise _SlowPath("this process's CPU time is too close to RLIMIT_CPU")
         applied: list[int] = []

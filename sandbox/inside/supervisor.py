@@ -73,7 +73,8 @@ RESULT::
      "error": null | {"code": "not_found" | "denied" | "invalid_args" | "sandbox_error",
                       "message": str}}
 
-What each command gets: its own session and process group; rlimits AS (memory_bytes), NPROC
+What each command gets: its own session and process group; rlimits DATA (memory_bytes: what it
+may write to), AS (memory_bytes plus room for reservations never written, see confine.py), NPROC
 (max_processes — counted per uid in the sandbox's user namespace, so the supervisor counts too),
 FSIZE (file_size_bytes, lowered to what is left of workspace_bytes when the call starts), NOFILE,
 CPU (SIGXCPU at cpu_seconds, SIGKILL one second later), CORE=0; no_new_privs and
@@ -90,7 +91,7 @@ set. While a command runs, the workspace's allocated size (and entry count, at m
 ``MAX_WORKSPACE_ENTRIES``) is measured every few tens of milliseconds and at the end; going over
 ``workspace_bytes`` kills the call and sets ``workspace_exceeded``. ``oom`` is set when the
 command died of SIGKILL that nobody here sent (a kernel or cgroup OOM kill) or its stderr shows
-an allocation failure under the RLIMIT_AS cap.
+an allocation failure under the RLIMIT_DATA or RLIMIT_AS cap.
 """
 
 from __future__ import annotations

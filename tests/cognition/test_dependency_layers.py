@@ -1,8 +1,9 @@
 # ruff: noqa: F811 - pytest fixtures imported from core_support are parameters here
 """A skill's declared dependencies: installed once per (skill version, dependency list) in a
-sandbox from a real package index (pypiserver, tests.fixtures.package_index), mounted read-only
-into every run of that skill, shown in the run's trace, and collected once no approved version
-needs them. Changing them is a policy edit: the approval stays."""
+sandbox from a real package index (pypiserver, tests.fixtures.package_index) or npm registry
+(Verdaccio, tests.fixtures.npm_index), mounted read-only into every run of that skill, shown in
+the run's trace, and collected once no approved version needs them. Changing them is a policy
+edit: the approval stays. An install in progress is killed by a cancel or the run's deadline."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 
 from cognition.core_act import core_act
 from cognition.principals import Principal
@@ -23,14 +26,25 @@ from cognition.services import credential_set
 from runs.accounting import run_usage
 from runs.admin import console_state
 from runs.layer_step import INSTALL_TOOL
-from runs.layers import LayerReady, layer_ensure, layers_collect
+from runs.layers import (
+    LayerReady,
+    LayerStopped,
+    layer_ensure,
+    layer_key,
+    layer_packages,
+    layers_collect,
+)
 from runs.lease import default_owner
 from runs.models import DependencyLayer, LayerStatus, MotorRun, RunStatus, Step
+from runs.records import SliceOutcome
 from runs.selectors import run_log, run_status
+from runs.services import run_cancel, run_step
+from sandbox.reaper import bwrap_sandboxes
 from skills.models import Policy, PolicyStatus
 from skills.policy_edits import policy_update
 from skills.services import Actor
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
+from tests.fixtures.npm_index import NpmIndex
 from tests.fixtures.package_index import PackageIndex
 from tests.fixtures.upstream import STALLED_PORT
 from tests.runs.helpers import drive
@@ -327,3 +341,187 @@ def test_the_collector_runs_on_beat(settings, tmp_path):
     }
     assert app.tasks["runs.layers_collect"]() == {"removed": 0, "temporary": 1}
     assert list(tmp_path.iterdir()) == []
+
+
+# --- npm ---------------------------------------------------------------------------------------
+
+NODE_REQUIRE = """
+import subprocess
+done = subprocess.run(
+    ["node", "-e", "console.log('value', require('mcdemo-npm').value)"],
+    capture_output=True, text=True,
+)
+print(done.returncode, done.stdout.strip(), done.stderr.strip())
+"""
+
+
+@pytest.fixture
+def registry(npm_index: NpmIndex, settings, monkeypatch, tmp_path: Path) -> NpmIndex:
+    """npm installs go to the local registry; layers to a directory of this test."""
+    monkeypatch.setenv("MOTOR_SANDBOX_EGRESS_HOSTS", npm_index.egress_hosts)
+    settings.MOTOR_NPM_REGISTRY_URL = npm_index.url
+    settings.MOTOR_DEPENDENCY_LAYERS_DIR = tmp_path / "layers"
+    return npm_index
+
+
+@pytest.mark.parametrize("backend", ["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def test_an_npm_dependency_is_installed_and_node_in_the_run_requires_it(
+    world, weather, registry, scripted_llm, settings, backend
+):
+    # given an approved skill that declares an npm package, on `backend` (install and run)
+    settings.SANDBOX_BACKEND = backend
+    _declare(weather, ["npm:mcdemo-npm@1.0.0"])
+    # when it runs and its code step starts node, which requires the package
+    run = _run(world, scripted_llm, code=NODE_REQUIRE)
+    # then the install step installed it and node (under the run's memory limit) printed its value
+    assert run.status == RunStatus.COMPLETED
+    (install, install_result), (code, code_result) = _steps(run)
+    assert (install, code) == (INSTALL_TOOL, "code")
+    assert install_result["output"].startswith("installed 1 package (npm:mcdemo-npm@1.0.0) in ")
+    assert code_result["output"].strip() == "0 value 42"
+    layer = DependencyLayer.objects.get()
+    installed = Path(settings.MOTOR_DEPENDENCY_LAYERS_DIR) / layer.key / "node" / "node_modules"
+    assert (installed / "mcdemo-npm" / "index.js").read_text() == (
+        "module.exports = { value: 42 };\n"
+    )
+
+
+# --- an install stopped by a cancel or the deadline ----------------------------------------------
+
+
+def _stalled(settings) -> None:
+    """The pip index is one whose connections hang: an install waits on it for minutes."""
+    settings.MOTOR_PIP_INDEX_URL = f"http://pypi.layers.test:{STALLED_PORT}/simple/"
+
+
+def _install_in_progress(settings) -> bool:
+    root = Path(settings.MOTOR_DEPENDENCY_LAYERS_DIR)
+    return (
+        DependencyLayer.objects.filter(status=LayerStatus.BUILDING).exists()
+        and root.is_dir()
+        and any(p.name.startswith(".build-") and any(p.iterdir()) for p in root.iterdir())
+    )
+
+
+def _layer_sandboxes() -> list[str]:
+    return [session for session in bwrap_sandboxes() if session.startswith("layer-")]
+
+
+def _start(world: World, scripted_llm) -> str:
+    run_id = core_act(
+        principal=Principal.for_agent(world.alpha),
+        agent=world.alpha,
+        mode="agentic",
+        task="Report the weather",
+        skill="weather-report",
+        trigger="api",
+    )["run_id"]
+    scripted_llm.add(reply_text("never asked"))
+    return run_id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancelling_a_run_during_its_install_kills_the_install_and_keeps_no_layer(
+    world, weather, index, scripted_llm, settings
+):
+    # given a run whose dependency install is in progress (in a slice on a worker thread)
+    settings.MOTOR_CALL_WATCH_INTERVAL_SECONDS = 0.2
+    _declare(weather, ["mcdemo==1.0.0"])
+    _stalled(settings)
+    run_id = _start(world, scripted_llm)
+    outcomes: list[SliceOutcome] = []
+
+    def slice_() -> None:
+        try:
+            outcomes.append(run_step(run_id=run_id, client=scripted_llm.client(), owner="w1"))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=slice_)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not _install_in_progress(settings):
+        assert thread.is_alive() and time.monotonic() < deadline, "the install never started"
+        time.sleep(0.1)
+    time.sleep(1.0)  # pip is at work inside the sandbox
+    assert len(_layer_sandboxes()) == 1
+
+    # when the run is cancelled
+    assert run_cancel(run_id=run_id, actor="t")["new_status"] == "cancelled"
+    cancelled_at = time.monotonic()
+    thread.join(timeout=30)
+
+    # then the slice ended within seconds, as a lost lease, and the run stays cancelled
+    assert thread.is_alive() is False
+    assert time.monotonic() - cancelled_at < 5
+    assert outcomes == [SliceOutcome.LEASE_LOST]
+    run = MotorRun.objects.get(pk=run_id)
+    assert run.status == RunStatus.CANCELLED
+    assert run.result["failure"]["category"] == "cancelled"
+    # the install's sandbox and every process in it are gone
+    assert _layer_sandboxes() == []
+    # no layer is ready or claimed, and nothing of the half-built one is left on disk
+    assert DependencyLayer.objects.count() == 0
+    assert list(Path(settings.MOTOR_DEPENDENCY_LAYERS_DIR).iterdir()) == []
+    # the model was never asked, and the trace holds no install step
+    assert scripted_llm.requests == []
+    assert _steps(run) == []
+
+
+def test_a_run_whose_deadline_passes_during_its_install_fails_as_timed_out(
+    world, weather, index, scripted_llm, settings
+):
+    # given a run with 8 s left whose dependency install cannot finish (its index hangs)
+    _declare(weather, ["mcdemo==1.0.0"])
+    _stalled(settings)
+    run_id = _start(world, scripted_llm)
+    MotorRun.objects.filter(pk=run_id).update(timeout_s=8)
+    started = time.monotonic()
+    # when its slice runs
+    outcomes = drive(run_id, scripted_llm.client())
+    # then the install was killed at the deadline and the run failed as timed out
+    took = time.monotonic() - started
+    assert 6 < took < 20, took
+    assert outcomes == [SliceOutcome.FINISHED]
+    run = MotorRun.objects.get(pk=run_id)
+    assert run.status == RunStatus.FAILED
+    assert (run.result["failure"]["category"], run.result["failure"]["message"]) == (
+        "timeout",
+        "the run exceeded its timeout of 8 s",
+    )
+    assert _layer_sandboxes() == []
+    assert DependencyLayer.objects.count() == 0
+    assert list(Path(settings.MOTOR_DEPENDENCY_LAYERS_DIR).iterdir()) == []
+    assert scripted_llm.requests == []
+
+
+def test_a_caller_waiting_for_another_builder_stops_when_told_and_leaves_its_claim_alone(
+    world, weather, index
+):
+    # given a layer another live worker is building (its claim unexpired)
+    version = weather.approved_version
+    packages = layer_packages(["mcdemo==1.0.0"])
+    key = layer_key(version.content_hash, packages)
+    DependencyLayer.objects.create(
+        key=key,
+        skill_version=version,
+        packages=list(packages),
+        status=LayerStatus.BUILDING,
+        build_serial=3,
+        builder=default_owner(),
+        build_expires_at=timezone.now() + timedelta(minutes=10),
+    )
+    before = DependencyLayer.objects.values().get()
+    # when a caller waits for it and is told to stop after a second
+    started = time.monotonic()
+    with pytest.raises(LayerStopped):
+        layer_ensure(
+            version_id=version.pk,
+            version_hash=version.content_hash,
+            dependencies=["mcdemo==1.0.0"],
+            owner="waiter",
+            should_stop=lambda: time.monotonic() - started > 1.0,
+        )
+    # then it stopped waiting at once, and the builder's claim is as it was
+    assert 1.0 < time.monotonic() - started < 3.0
+    assert DependencyLayer.objects.values().get() == before

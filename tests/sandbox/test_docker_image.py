@@ -51,7 +51,9 @@ def test_both_recipes_install_the_shared_package_list_and_run_the_same_finalisat
     instructions = dockerfile_instructions()
     # then both take the packages from packages.txt and finalise with finalize.sh
     assert '"$here/packages.txt"' in build_sh
-    assert '--include="$packages"' in build_sh
+    # (installed by apt in both: debootstrap lays the base system only)
+    assert "apt-get install -y -qq --no-install-recommends" in build_sh
+    assert "--include=" not in build_sh
     assert 'chroot "$work/rootfs" /bin/sh /finalize.sh' in build_sh
     assert instructions["COPY"] == (
         "sandbox/image/packages.txt sandbox/image/finalize.sh sandbox/image/runtime.sh "
@@ -66,12 +68,14 @@ def test_both_recipes_install_the_shared_package_list_and_run_the_same_finalisat
         '"$here/runtime.sh" "$here/runtime-requirements.txt" "$work/rootfs/tmp/image/"' in build_sh
     )
     assert "/bin/sh /tmp/image/runtime.sh /opt/motor-cortex-runtime" in build_sh
-    # and the list holds what the code tool and the default bash allowlist need, and the
-    # virtualenv module the runtime is built with
+    # and the list holds what the code tool and the default bash allowlist need, the
+    # virtualenv module the runtime is built with, and node and npm for npm dependencies
     assert packages() == [
         "python3",
         "python3-venv",
         "python3-pip",
+        "nodejs",
+        "npm",
         "curl",
         "jq",
         "ca-certificates",
