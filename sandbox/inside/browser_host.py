@@ -13,9 +13,11 @@ under /tmp, one context per process.
 Request: ``{"action": str, ...arguments, "timeout_ms": int}``. Answer::
 
     {"ok": bool, "output": str, "error_code": str | null, "url": str, "title": str,
-     "snapshot": [str, ...], "truncated": bool, "data": object | null, "refused": [str, ...]}
+     "snapshot": [str, ...], "truncated": bool, "data": object | null, "refused": [str, ...],
+     "located": {"ref": str, "role": str, "name": str} | null}
 
-``refused`` lists the requests the egress proxy turned away since the previous answer.
+``refused`` lists the requests the egress proxy turned away since the previous answer;
+``located`` is the element an action found by ``locator`` (or by ``ref`` with ``describe``).
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ class BrowserHost:
         self.page = self.context.new_page()
         self.page.on("download", self._download)
         self.downloads: list[str] = []
+        self.located: dict[str, str] | None = None
 
     # ------------------------------------------------------------------ events
 
@@ -152,6 +155,37 @@ class BrowserHost:
             )
         return locator.first
 
+    def _index(self) -> dict[str, list[str]]:
+        """Every ref on the page (assigning new ones as a snapshot does) with its role and name."""
+        shot = self.page.evaluate(
+            self.snapshot_js,
+            {"attr": self.ref_attr, "secret": self.secret_attr, "limit": 100_000, "index": True},
+        )
+        return dict(shot.get("index") or {})
+
+    def _element(self, req: dict[str, Any]) -> Any:
+        """The element an action is on: by `locator` ({role, name}: a selector remembered for a
+        skill, the first element in document order with exactly that role and name), else by
+        `ref`. With `describe` (or a locator) the element's role and name are answered as
+        ``located``, so the caller can remember them."""
+        locator = req.get("locator")
+        if isinstance(locator, dict):
+            role, name = str(locator.get("role") or ""), str(locator.get("name") or "")
+            for ref, (found_role, found_name) in self._index().items():
+                if (found_role, found_name) == (role, name):
+                    self.located = {"ref": ref, "role": role, "name": name}
+                    return self._locate(ref)
+            raise ActionError(
+                "not_found", f"no {role} named {name!r} on this page (a remembered selector)"
+            )
+        ref = req.get("ref", "")
+        element = self._locate(ref)
+        if req.get("describe"):
+            described = self._index().get(ref)
+            if described:
+                self.located = {"ref": ref, "role": described[0], "name": described[1]}
+        return element
+
     def snapshot(self) -> dict[str, Any]:
         try:
             shot = self.page.evaluate(
@@ -181,7 +215,7 @@ class BrowserHost:
         return {"status": response.status}
 
     def click(self, req: dict[str, Any], timeout: int) -> Any:
-        self._locate(req.get("ref", "")).click(timeout=timeout)
+        self._element(req).click(timeout=timeout)
         try:
             self.page.wait_for_load_state("load", timeout=timeout)
         except Exception:  # noqa: BLE001, S110 - a click that starts no navigation is fine
@@ -189,7 +223,7 @@ class BrowserHost:
         return None
 
     def type(self, req: dict[str, Any], timeout: int) -> Any:
-        target = self._locate(req.get("ref", ""))
+        target = self._element(req)
         text = req.get("text")
         if not isinstance(text, str):
             raise ActionError("invalid_args", "type needs 'text' (a string)")
@@ -205,7 +239,7 @@ class BrowserHost:
         value = req.get("value")
         if not isinstance(value, str):
             raise ActionError("invalid_args", "select needs 'value' (an option's label or value)")
-        target = self._locate(req.get("ref", ""))
+        target = self._element(req)
         try:
             target.select_option(label=value, timeout=timeout)
         except Exception:  # noqa: BLE001 - try the option's value next
@@ -213,8 +247,8 @@ class BrowserHost:
         return None
 
     def scroll(self, req: dict[str, Any], timeout: int) -> Any:
-        if req.get("ref"):
-            self._locate(req["ref"]).scroll_into_view_if_needed(timeout=timeout)
+        if req.get("ref") or req.get("locator"):
+            self._element(req).scroll_into_view_if_needed(timeout=timeout)
         else:
             amount = 800 if req.get("direction", "down") == "down" else -800
             self.page.mouse.wheel(0, amount)
@@ -230,7 +264,8 @@ class BrowserHost:
         return None
 
     def extract(self, req: dict[str, Any], timeout: int) -> Any:
-        target = self._locate(req["ref"]) if req.get("ref") else self.page.locator("body")
+        located = req.get("ref") or req.get("locator")
+        target = self._element(req) if located else self.page.locator("body")
         if req.get("format") == "table":
             rows = target.evaluate(
                 """(el, secret) => {
@@ -293,6 +328,7 @@ class BrowserHost:
         timeout = int(req.get("timeout_ms") or 10_000)
         data: Any = None
         error: tuple[str, str] | None = None
+        self.located: dict[str, str] | None = None
         if action not in self.ACTIONS:
             error = ("invalid_args", f"unknown action {action!r}")
         elif action != "snapshot":
@@ -319,6 +355,7 @@ class BrowserHost:
             "data": data,
             "refused": refused,
             "downloads": list(self.downloads),
+            "located": self.located,
         }
         self.downloads.clear()
         return answer
