@@ -33,7 +33,7 @@ packages="$(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$here/packages.txt"
 # the label ties the image to exactly these inputs; editing any of them triggers a rebuild
 inputs_hash="$(cat "$here/build.sh" "$here/Dockerfile" "$here/packages.txt" "$here/finalize.sh" \
     "$here/runtime.sh" "$here/runtime-requirements.txt" "$here/browser.sh" \
-    "$here/browser-requirements.txt" | sha256sum | cut -c1-16)"
+    "$here/browser-requirements.txt" "$here/../browser_policy.json" | sha256sum | cut -c1-16)"
 
 current="$(docker image inspect --format '{{ index .Config.Labels "motor-cortex.inputs" }}' "$image" 2>/dev/null || true)"
 if [ "$current" = "$inputs_hash" ]; then
@@ -65,7 +65,8 @@ pick_mirror() {
 # the rootfs depends only on the suite, the packages and finalize.sh, so editing this script or the
 # Dockerfile re-imports without re-running debootstrap
 rootfs_hash="$( { echo "$suite"; cat "$here/packages.txt" "$here/finalize.sh" "$here/runtime.sh" \
-    "$here/runtime-requirements.txt" "$here/browser.sh" "$here/browser-requirements.txt"; } \
+    "$here/runtime-requirements.txt" "$here/browser.sh" "$here/browser-requirements.txt" \
+    "$here/../browser_policy.json"; } \
     | sha256sum | cut -c1-16)"
 rootfs_tar="$cache_dir/rootfs-$rootfs_hash.tar"
 if [ -s "$rootfs_tar" ]; then
@@ -141,6 +142,10 @@ else
         cp "$work/ca-certificates.crt.image" "$system_ca"
     fi
     rm -rf "$work/rootfs/tmp/image"
+    # Chromium's managed policy is part of the image too (sessions also mount the same file
+    # there), so no browser ever starts in it without the policy (no file://, no DNS-over-HTTPS)
+    install -D -m 0644 "$here/../browser_policy.json" \
+        "$work/rootfs/etc/chromium/policies/managed/motor-cortex.json"
     say "finalising the rootfs (user 10001, mount points, trimming)"
     cp "$here/finalize.sh" "$work/rootfs/finalize.sh"
     chroot "$work/rootfs" /bin/sh /finalize.sh || die "finalize.sh failed inside the rootfs"
@@ -165,7 +170,7 @@ docker import \
     --change "LABEL motor-cortex.inputs=$inputs_hash" \
     - "$image" <"$rootfs_tar" >/dev/null || die "docker import failed"
 
-check="$(docker run --rm --network none "$image" sh -c 'id -u; python3 -c "print(1+1)"; /opt/motor-cortex-runtime/bin/python3 -c "import mcp.server.fastmcp, httpx, bs4, lxml, yaml, toml, pandas, PIL, pytest" || exit 1; python3 -I -c "import sys; sys.path.insert(0, \"/opt/motor-cortex-browser\"); import playwright.sync_api, greenlet" || exit 1; /usr/lib/chromium/chromium --version >/dev/null || exit 1; for c in curl jq grep sort uniq wc head tail cat echo date; do command -v $c; done | wc -l')" \
+check="$(docker run --rm --network none "$image" sh -c 'id -u; python3 -c "print(1+1)"; /opt/motor-cortex-runtime/bin/python3 -c "import mcp.server.fastmcp, httpx, bs4, lxml, yaml, toml, pandas, PIL, pytest" || exit 1; python3 -I -c "import sys; sys.path.insert(0, \"/opt/motor-cortex-browser\"); import playwright.sync_api, greenlet" || exit 1; /usr/lib/chromium/chromium --version >/dev/null || exit 1; test -s /etc/chromium/policies/managed/motor-cortex.json || exit 1; for c in curl jq grep sort uniq wc head tail cat echo date; do command -v $c; done | wc -l')" \
     || die "the new image does not start"
 [ "$check" = "$(printf '10001\n2\n11')" ] || die "the new image failed its smoke check: $check"
 if [ -n "$old_id" ] && [ "$old_id" != "$(docker image inspect --format '{{.Id}}' "$image")" ]; then

@@ -37,10 +37,48 @@ CHROMIUM = os.environ.get("MOTOR_CHROMIUM", "/usr/lib/chromium/chromium")
 PROXY = "http://127.0.0.1:3128"
 DOWNLOADS = "/workspace/downloads"
 SNAPSHOT_JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "browser_snapshot.js")
+#: Chromium features switched off. Chromium keeps only the last --disable-features it is given,
+#: and ours comes after Playwright's own list, so this is the union: Playwright's (which keeps
+#: pages deterministic and stops startup requests such as network-time queries) and ours, every
+#: one a source of background traffic to the vendor's services the proxy would otherwise see
+#: (and refuse): DNS-over-HTTPS, prediction and preconnects, optimization hints, translation,
+#: autofill and certificate-transparency downloads, the media router, sign-in and account checks.
+DISABLED_FEATURES = (
+    # Playwright's
+    "AvoidUnnecessaryBeforeUnloadCheckSync",
+    "DestroyProfileOnBrowserClose",
+    "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable",
+    "LensOverlay",
+    "MediaRouter",
+    "PaintHolding",
+    "ThirdPartyStoragePartitioning",
+    "AvoidCorsURLLoaderRestartOnRedirect",
+    "OptimizationHints",
+    "NetworkTimeServiceQuerying",
+    "AimEnabled",
+    "PreconnectToSearch",
+    # ours
+    "DnsOverHttps",
+    "NetworkPrediction",
+    "OptimizationHintsFetching",
+    "OptimizationGuideModelDownloading",
+    "Translate",
+    "AutofillServerCommunication",
+    "CertificateTransparencyComponentUpdater",
+    "InterestFeedContentSuggestions",
+    "GlobalMediaControls",
+    "SafeBrowsingBetterTelemetryAcrossReports",
+    "PrivacySandboxSettings4",
+    "AcceptCHFrame",
+)
+#: where the browser's own service requests go: the discard port, which Chromium never connects to
+VENDOR_SINK = "http://127.0.0.1:9"
 #: flags for Chromium inside the sandbox: the outer sandbox (namespaces, seccomp, no_new_privs)
 #: confines it, so its own sandbox (which needs user namespaces and setuid) is off; /dev/shm is
-#: small, so shared memory goes to /tmp; no background traffic, no QUIC (the proxy speaks TCP),
-#: no disk cache, every host through the proxy (loopback too)
+#: small, so shared memory goes to /tmp; no background traffic of its own (updates, sign-in,
+#: safe browsing, metrics, pings: the proxy sees the page's requests only), no QUIC (the proxy
+#: speaks TCP), no disk cache, every host through the proxy (loopback too)
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-dev-shm-usage",
@@ -48,6 +86,7 @@ CHROMIUM_ARGS = [
     "--no-zygote",
     "--disable-quic",
     "--no-first-run",
+    "--no-default-browser-check",
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
@@ -55,10 +94,22 @@ CHROMIUM_ARGS = [
     "--disable-extensions",
     "--disable-default-apps",
     "--disable-client-side-phishing-detection",
-    "--disable-features=DnsOverHttps,NetworkPrediction,MediaRouter,OptimizationHints",
+    "--disable-domain-reliability",
+    "--safebrowsing-disable-auto-update",
+    "--no-pings",
+    "--metrics-recording-only",
+    "--disable-features=" + ",".join(DISABLED_FEATURES),
     "--dns-prefetch-disable",
     "--disk-cache-size=1",
-    "--proxy-bypass-list=<-loopback>",
+    # the browser's own services that no switch turns off (the account list of its identity
+    # manager, the component updater) are pointed at a port Chromium itself refuses to dial,
+    # outside the proxy: they fail inside the browser and the proxy never sees them. Pages are
+    # unaffected (a page's request to that port is refused the same way, before any network).
+    "--gaia-url=" + VENDOR_SINK,
+    "--google-apis-url=" + VENDOR_SINK,
+    "--lso-url=" + VENDOR_SINK,
+    "--component-updater=url-source=" + VENDOR_SINK + "/",
+    "--proxy-bypass-list=<-loopback>;127.0.0.1:9",
 ]
 #: the most snapshot lines an answer carries
 SNAPSHOT_LINES = 400
@@ -381,6 +432,8 @@ def main() -> int:
     try:
         host = BrowserHost(proxy=proxy)
     except Exception as exc:  # noqa: BLE001 - reported to the first request, then we exit
+        # the whole error (Playwright appends Chromium's own log) goes to the resident's log
+        print(f"the browser could not start: {exc}", file=sys.stderr, flush=True)
         message = f"the browser could not start: {str(exc).splitlines()[0] if str(exc) else exc}"
         while _read_frame(stdin) is not None:
             _write_frame(
