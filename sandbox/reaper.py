@@ -96,8 +96,7 @@ def docker_sandboxes(client: Any | None = None) -> dict[str, list[str]]:
     process owns it (the session and owner-host labels the docker backend puts on each)."""
     from docker.errors import DockerException
 
-    from sandbox.backends.docker_orphans import LABEL_OWNER_HOST, LABEL_SESSION
-    from sandbox.backends.docker_orphans import _connect
+    from sandbox.backends.docker_orphans import LABEL_OWNER_HOST, LABEL_SESSION, _connect
 
     engine = _connect(client)
     here = socket.gethostname()

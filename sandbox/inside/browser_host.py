@@ -379,7 +379,7 @@ class BrowserHost:
         timeout = int(req.get("timeout_ms") or 10_000)
         data: Any = None
         error: tuple[str, str] | None = None
-        self.located: dict[str, str] | None = None
+        self.located = None
         if action not in self.ACTIONS:
             error = ("invalid_args", f"unknown action {action!r}")
         elif action != "snapshot":

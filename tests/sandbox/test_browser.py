@@ -128,9 +128,7 @@ def test_a_password_and_a_secret_field_are_masked_in_every_snapshot(web: Browsin
         {"ref": web.ref(page, "textbox Username"), "text": "tenant67-secret", "secret": True},
     )
     # the password field by its type, the username field because it was filled with a secret
-    assert any(
-        line.strip().endswith("textbox Password = ••••••") for line in typed.snapshot
-    )
+    assert any(line.strip().endswith("textbox Password = ••••••") for line in typed.snapshot)
     assert any(line.strip().endswith("textbox Username = ••••••") for line in user.snapshot)
     assert "hunter2-portal" not in "\n".join(typed.snapshot + user.snapshot)
     assert "tenant67-secret" not in "\n".join(user.snapshot)
