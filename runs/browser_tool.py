@@ -312,7 +312,9 @@ def _selector_outcome(call: CallContext, target: Any, selector: Any, state: Any)
         return ""
     if state.error_code != "not_found":
         return ""
-    dropped = selector_miss(run=call.run, selector_id=selector.pk, actor=f"run:{call.run.id}")
+    dropped = selector_miss(
+        run=call.run, selector_id=selector.pk, actor=f"worker:{call.run.lease_owner}"
+    )
     if dropped:
         return (
             f"the element remembered for {target!r} was not found twice in a row and is "

@@ -125,6 +125,7 @@ def test_a_remembered_element_is_used_by_target_alone_and_dropped_after_two_miss
         "misses": 2,
         "reason": "not found 2 times in a row",
     }
+    assert event.actor.startswith("worker:") and event.from_status == event.to_status
     assert "browser_selector_invalidated: 'user name field'" in run_log(run_id=third["run_id"])
 
 
