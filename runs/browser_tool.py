@@ -15,8 +15,13 @@ Everything a page says is web content (provenance "web": the model reads it mark
   during it leaves an "outcome unknown" the owner decides on (runs.pipeline.decide). The call's
   intent is durable before the click, so the step id is the action's idempotency key.
 - Limits: each action gets MOTOR_BROWSER_ACTION_TIMEOUT_SECONDS inside the page; a run's actions
-  together get MOTOR_BROWSER_RUN_SECONDS (counted in this worker process), after which the tool
-  answers `timeout` without starting anything.
+  together get MOTOR_BROWSER_RUN_SECONDS, counted in the database (runs.browser_memory), so a run
+  that moves to another worker process, or a restarted one, keeps its spent time; past it the
+  tool answers `timeout` without starting anything.
+- Selector cache: an action on a ref with a `target` (a short description of the element) keeps
+  the element's role and name for the run's skill; a later action naming the `target` alone is
+  done on the kept element. A kept element that is not on the page is a miss; after two misses
+  in a row it is dropped, with an event in the run's trace, and the model finds it again.
 """
 
 from __future__ import annotations
@@ -63,6 +68,15 @@ _PARAMETERS: dict[str, Any] = {
             "type": "string",
             "description": (
                 "type: the text to enter (a secret as <credential:NAME>); wait: text to wait for."
+            ),
+        },
+        "target": {
+            "type": "string",
+            "maxLength": 200,
+            "description": (
+                "click/type/select/scroll/extract: a short description of the element "
+                "(e.g. 'Log in button'). With a ref, the element is remembered for this skill "
+                "under it; without a ref, the remembered element is used."
             ),
         },
         "value": {"type": "string", "description": "select: the option's label or value."},
@@ -125,11 +139,11 @@ VISION_AFTER = 2
 
 
 class BrowserExecutor(Executor):
-    """Runs browser actions in the run's session; keeps each run's browser time and its
-    failed locates (both per worker process)."""
+    """Runs browser actions in the run's session. A run's browser time and a skill's selectors
+    are in the database (runs.browser_memory); failed locates of a ref, for the vision check,
+    are counted in this process (they belong to the page this worker's session shows)."""
 
     def __init__(self) -> None:
-        self._spent: dict[str, float] = {}
         self._misses: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
@@ -141,14 +155,13 @@ class BrowserExecutor(Executor):
             return self._misses[key]
 
     def spent_s(self, run_id: str) -> float:
-        with self._lock:
-            return self._spent.get(run_id, 0.0)
+        """The run's browser time so far, in seconds, in every worker process together."""
+        from runs.browser_memory import time_spent_ms
 
-    def _charge(self, run_id: str, seconds: float) -> None:
-        with self._lock:
-            self._spent[run_id] = self._spent.get(run_id, 0.0) + seconds
+        return time_spent_ms(run_id=run_id) / 1000
 
     def execute(self, call: CallContext) -> dict[str, Any]:
+        from runs.browser_memory import selector_get, time_charge
         from sandbox.browser import SandboxBrowser
         from sandbox.tools.redact import UnknownCredential, placeholders_in, substitute_placeholders
         from sandbox.types import SandboxError
@@ -177,6 +190,27 @@ class BrowserExecutor(Executor):
             except UnknownCredential as exc:
                 return envelope(ok=False, output=str(exc), error_code="invalid_args")
             arguments["secret"] = True
+        target = arguments.pop("target", None)
+        selector = None
+        if action in LOCATING and target is not None:
+            refusal = _target_refusal(call, target, arguments)
+            if refusal is not None:
+                return refusal
+            if call.run.skill_id is not None and not arguments.get("ref"):
+                selector = selector_get(skill_id=call.run.skill_id, target=target)
+                if selector is None:
+                    return envelope(
+                        ok=False,
+                        output=(
+                            f"browser: no element is remembered for target {target!r} in this "
+                            "skill; take a snapshot and name the element by ref (with this "
+                            "target, to remember it)"
+                        ),
+                        error_code="not_found",
+                    )
+                arguments["locator"] = {"role": selector.role, "name": selector.name}
+            elif call.run.skill_id is not None:
+                arguments["describe"] = True
         try:
             session = call.slot._open()
             state = SandboxBrowser(session, action_timeout_s=action_timeout_s()).act(
@@ -189,11 +223,14 @@ class BrowserExecutor(Executor):
                 error_code="sandbox_error",
                 retryable=True,
             )
-        self._charge(call.run.id, state.duration_ms / 1000)
+        time_charge(run_id=call.run.id, ms=state.duration_ms)
+        notes = _selector_outcome(call, target, selector, state)
         output = render(
             state,
             idempotency_key=f"{call.run.id}:{call.step.pk}" if _risky(call.arguments) else None,
         )
+        if notes:
+            output = notes + "\n" + output
         ref = arguments.get("ref")
         if action in LOCATING and isinstance(ref, str):
             failed = not state.ok and state.error_code in ("not_found", "timeout", "tool_error")
@@ -227,6 +264,66 @@ class BrowserExecutor(Executor):
             workspace=call.slot.workspace, screenshot=str(shot.data["path"]), target=target
         )
         return where + answer
+
+
+def _target_refusal(
+    call: CallContext, target: object, arguments: dict[str, Any]
+) -> dict[str, Any] | None:
+    """Why `target` cannot be used, as a result; None when it can."""
+    if not isinstance(target, str) or not target.strip() or len(target) > 200:
+        return envelope(
+            ok=False,
+            output="browser: 'target' must be a non-empty description of at most 200 characters",
+            error_code="invalid_args",
+        )
+    if call.run.skill_id is None and not arguments.get("ref"):
+        return envelope(
+            ok=False,
+            output=(
+                "browser: a target alone names an element remembered for a skill, and this run "
+                "has no skill; name the element by ref"
+            ),
+            error_code="invalid_args",
+        )
+    return None
+
+
+def _selector_outcome(call: CallContext, target: Any, selector: Any, state: Any) -> str:
+    """Count the action against the skill's selector cache; a line for the model, or ""."""
+    from runs.browser_memory import selector_hit, selector_miss, selector_remember
+
+    skill_id = call.run.skill_id
+    if skill_id is None or not isinstance(target, str):
+        return ""
+    if selector is None:
+        # the model named the element by ref: remember what it found, when the action worked
+        if state.ok and state.located and state.located.get("role"):
+            selector_remember(
+                skill_id=skill_id,
+                target=target,
+                role=state.located["role"],
+                name=state.located.get("name", ""),
+            )
+        return ""
+    if state.located:
+        if state.ok:
+            selector_hit(selector_id=selector.pk)
+            return f"(remembered element for {target!r}: {state.located['ref']})"
+        return ""
+    if state.error_code != "not_found":
+        return ""
+    dropped = selector_miss(
+        run=call.run, selector_id=selector.pk, actor=f"worker:{call.run.lease_owner}"
+    )
+    if dropped:
+        return (
+            f"the element remembered for {target!r} was not found twice in a row and is "
+            "forgotten: find it in the snapshot and name it by ref (with this target)"
+        )
+    return (
+        f"the element remembered for {target!r} ({selector.role} {selector.name!r}) is not on "
+        "this page: find it in the snapshot and name it by ref, or try again once the page shows it"
+    )
 
 
 def render(state: Any, *, idempotency_key: str | None = None) -> str:

@@ -587,5 +587,6 @@ class PendingWakeup(models.Model):
 
 
 from runs.audit_models import AuditPurgeWindow, ToolCallAudit  # noqa: E402, F401 - registered here
+from runs.browser_models import BrowserSelector, BrowserTime  # noqa: E402, F401 - registered here
 from runs.host_models import RunPlacement, WorkerHost  # noqa: E402, F401 - registered here
 from runs.layer_models import DependencyLayer, LayerStatus  # noqa: E402, F401 - registered here

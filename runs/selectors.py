@@ -152,6 +152,17 @@ def run_log(*, run_id: str) -> str | None:
         return None
     entries: list[tuple[Any, str]] = []
     for event in RunEvent.objects.filter(run_id=run_id):
+        detail = event.detail if isinstance(event.detail, dict) else {}
+        if detail.get("event") == "browser_selector_invalidated":
+            # not a move of the run: a selector of its skill dropped (runs.browser_memory)
+            entries.append(
+                (
+                    event.created_at,
+                    f"browser_selector_invalidated: {detail.get('target')!r} "
+                    f"({detail.get('role')} {detail.get('name')!r}) dropped, {detail.get('reason')}",
+                )
+            )
+            continue
         entries.append(
             (event.created_at, f"{event.from_status or '-'} -> {event.to_status} by {event.actor}")
         )

@@ -135,24 +135,29 @@ def run_session_close(run_id: str) -> bool:
 
 
 def orphan_sandboxes_kill() -> list[str]:
-    """Kill every sandbox on this host (bwrap, whichever worker process owns it) whose run has
-    ended — completed, failed or cancelled — with the browser and every other process in it;
+    """Kill every sandbox on this host (bwrap sandboxes, and with the docker backend its
+    containers; whichever worker process owns them) whose run has ended — completed, failed or cancelled — with the browser and every other process in it;
     return those run ids. A worker normally closes a run's session itself when the run ends; this
     is the watchdog for the session it could not close (a hung close, a lost slice)."""
     from runs.models import TERMINAL_STATUSES
-    from sandbox.reaper import bwrap_sandboxes, kill_sandbox
+    from sandbox.reaper import bwrap_sandboxes, docker_sandboxes, kill_containers, kill_sandbox
 
     found = bwrap_sandboxes()
-    if not found:
+    # the docker backend's containers, when it is the one configured (its engine is then there)
+    containers = docker_sandboxes() if settings.SANDBOX_BACKEND == "docker" else {}
+    if not found and not containers:
         return []
     ended = sorted(
-        MotorRun.objects.filter(pk__in=list(found), status__in=TERMINAL_STATUSES).values_list(
-            "id", flat=True
-        )
+        MotorRun.objects.filter(
+            pk__in=[*found, *containers], status__in=TERMINAL_STATUSES
+        ).values_list("id", flat=True)
     )
     for run_id in ended:
         logger.warning("run %s has ended but its sandbox is alive; killing it", run_id)
-        kill_sandbox(found[run_id])
+        if run_id in found:
+            kill_sandbox(found[run_id])
+        if run_id in containers:
+            kill_containers(containers[run_id])
         run_session_close(run_id)
     return ended
 

@@ -82,6 +82,8 @@ class PageState:
     downloads: list[str] = field(default_factory=list)
     timed_out: bool = False
     duration_ms: int = 0
+    #: the element the action was on, when asked (``describe``) or found by ``locator``
+    located: dict[str, str] | None = None
 
 
 class BrowserDriver(Protocol):
@@ -159,6 +161,7 @@ class SandboxBrowser:
             refused=[str(item) for item in answer.get("refused") or []],
             downloads=[str(item) for item in answer.get("downloads") or []],
             duration_ms=result.duration_ms,
+            located=_located(answer.get("located")),
         )
 
     def launch(self) -> PageState:
@@ -183,6 +186,12 @@ class SandboxBrowser:
         self.session.exec(
             ExecRequest(argv=[PYTHON], timeout_s=10.0, resident="browser", resident_stop=True)
         )
+
+
+def _located(value: Any) -> dict[str, str] | None:
+    if not isinstance(value, dict):
+        return None
+    return {key: str(value.get(key) or "") for key in ("ref", "role", "name")}
 
 
 __all__ = [

@@ -1,5 +1,9 @@
 """Finding the sandboxes of this host by session id and killing them from outside.
 
+Both backends: `bwrap_sandboxes()`/`kill_sandbox()` for bwrap (processes), and
+`docker_sandboxes()`/`kill_containers()` for docker (the containers of this host, found by their
+session label).
+
 A session's processes (the bwrap sandbox, its supervisor, the browser and everything they started)
 normally end with the session: closing it kills the PID namespace, and a dead owner takes bwrap
 with it (--die-with-parent). This module is the watchdog beside that: `bwrap_sandboxes()` lists
@@ -13,9 +17,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from pathlib import Path
+from typing import Any
 
 from sandbox.backends.bwrap_runtime import _default_runtime_root
+from sandbox.types import SandboxError
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -84,4 +91,46 @@ def kill_sandbox(pids: list[int]) -> list[int]:
     return killed
 
 
-__all__ = ["bwrap_sandboxes", "descendants", "kill_sandbox"]
+def docker_sandboxes(client: Any | None = None) -> dict[str, list[str]]:
+    """{session id: [container id, …]} of every docker sandbox started from this host, whichever
+    process owns it (the session and owner-host labels the docker backend puts on each)."""
+    from docker.errors import DockerException
+
+    from sandbox.backends.docker_orphans import LABEL_OWNER_HOST, LABEL_SESSION, _connect
+
+    engine = _connect(client)
+    here = socket.gethostname()
+    try:
+        containers = engine.containers.list(all=True, sparse=True, filters={"label": LABEL_SESSION})
+    except DockerException as exc:
+        raise SandboxError(f"docker backend: cannot list sandbox containers: {exc}") from exc
+    found: dict[str, list[str]] = {}
+    for container in containers:
+        labels = container.attrs.get("Labels") or {}
+        if labels.get(LABEL_OWNER_HOST) != here or not labels.get(LABEL_SESSION):
+            continue
+        found.setdefault(str(labels[LABEL_SESSION])[:32], []).append(str(container.id))
+    return found
+
+
+def kill_containers(container_ids: list[str], client: Any | None = None) -> list[str]:
+    """Remove (SIGKILL, then delete) the containers `container_ids` with every process in them;
+    the ids removed (one already gone is not an error)."""
+    from docker.errors import DockerException, NotFound
+
+    from sandbox.backends.docker_orphans import _connect
+
+    engine = _connect(client)
+    removed: list[str] = []
+    for container_id in container_ids:
+        try:
+            engine.api.remove_container(container_id, force=True)
+        except NotFound:
+            continue
+        except DockerException as exc:
+            raise SandboxError(f"docker backend: cannot remove {container_id}: {exc}") from exc
+        removed.append(container_id)
+    return removed
+
+
+__all__ = ["bwrap_sandboxes", "descendants", "docker_sandboxes", "kill_containers", "kill_sandbox"]

@@ -157,6 +157,8 @@ class DockerSession:
         self._proxy = proxy
         self._runtime_dir = runtime_dir
         self._closed = False
+        # the container's pids limit has room for the residents' processes (see _make_room)
+        self._resident_room = False
         # `_lock` serialises calls and guards the attach stream; `_state_lock` only the closed
         # flag, so close() never waits for a running call
         self._lock = threading.Lock()
@@ -170,6 +172,35 @@ class DockerSession:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def _make_room(self) -> None:
+        """Before the first call to a resident (the browser), raise the container's pids limit by
+        the residents' process allowance (sandbox/inside/resident.py RESIDENTS).
+
+        The pids cgroup counts threads, and a browser (Chromium, Playwright's driver) runs
+        hundreds of them: within the session's own `max_processes` it could not start. On the
+        bwrap backend the resident gets this allowance as its own RLIMIT_NPROC; a container has
+        one pids limit for everything in it, so it is raised only once a resident is wanted —
+        a session that never starts one keeps exactly its own limit."""
+        if self._resident_room:
+            return
+        from sandbox.backends.docker import _RESIDENT_PROCESSES
+        from sandbox.inside.resident import RESIDENTS
+
+        allowance = sum(int(limits["processes"]) for limits in RESIDENTS.values())
+        total = self._spec.limits.max_processes + _RESIDENT_PROCESSES + allowance
+        api = self._client.api
+        try:
+            # docker-py's update_container() predates PidsLimit; the Engine API has it (1.40+)
+            response = api._post_json(
+                api._url("/containers/{0}/update", self._container.id), data={"PidsLimit": total}
+            )
+            api._raise_for_status(response)
+        except Exception as exc:  # noqa: BLE001 - any engine failure is the session's error
+            raise SandboxError(
+                f"docker backend: could not give the browser its processes: {exc}"
+            ) from exc
+        self._resident_room = True
 
     @property
     def container_id(self) -> str:
@@ -185,6 +216,8 @@ class DockerSession:
         with self._lock:
             if self._closed:
                 raise SandboxError(f"docker backend: session {self.id} is closed")
+            if request.resident and not request.resident_stop:
+                self._make_room()
             self._caller = threading.get_ident()
             try:
                 oom_before = _read_oom_kills(self._oom_file)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Docker sandbox image without any registry: debootstrap a minimal Debian bookworm,
-# apt-get install packages.txt into it, finalise it (sandbox user 10001, mount points, trimmed
-# docs) and `docker import` it.
+# install packages.txt into it with apt (Chromium, node and npm included), the skill runtime and the browser
+# driver (Playwright, browser.sh), finalise it (sandbox user 10001, mount points, trimmed docs) and `docker import` it.
 #
 # Usage: sandbox/image/build.sh [IMAGE_TAG]
 #   IMAGE_TAG defaults to $SANDBOX_DOCKER_IMAGE, else motor-cortex-sandbox:local.
@@ -32,7 +32,8 @@ packages="$(grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$here/packages.txt"
 
 # the label ties the image to exactly these inputs; editing any of them triggers a rebuild
 inputs_hash="$(cat "$here/build.sh" "$here/Dockerfile" "$here/packages.txt" "$here/finalize.sh" \
-    "$here/runtime.sh" "$here/runtime-requirements.txt" | sha256sum | cut -c1-16)"
+    "$here/runtime.sh" "$here/runtime-requirements.txt" "$here/browser.sh" \
+    "$here/browser-requirements.txt" "$here/../browser_policy.json" | sha256sum | cut -c1-16)"
 
 current="$(docker image inspect --format '{{ index .Config.Labels "motor-cortex.inputs" }}' "$image" 2>/dev/null || true)"
 if [ "$current" = "$inputs_hash" ]; then
@@ -64,7 +65,9 @@ pick_mirror() {
 # the rootfs depends only on the suite, the packages and finalize.sh, so editing this script or the
 # Dockerfile re-imports without re-running debootstrap
 rootfs_hash="$( { echo "$suite"; cat "$here/packages.txt" "$here/finalize.sh" "$here/runtime.sh" \
-    "$here/runtime-requirements.txt"; } | sha256sum | cut -c1-16)"
+    "$here/runtime-requirements.txt" "$here/browser.sh" "$here/browser-requirements.txt" \
+    "$here/../browser_policy.json"; } \
+    | sha256sum | cut -c1-16)"
 rootfs_tar="$cache_dir/rootfs-$rootfs_hash.tar"
 if [ -s "$rootfs_tar" ]; then
     say "using cached rootfs $rootfs_tar"
@@ -74,28 +77,48 @@ else
     mirror="$(pick_mirror)" || die "no Debian mirror answers for $suite (set MC_DEBIAN_MIRROR)"
     mkdir -p "$cache_dir"
     work="$(mktemp -d "$cache_dir/build.XXXXXX")"
-    trap 'rm -rf "$work"' EXIT
-    say "debootstrap --variant=minbase $suite from $mirror (takes a few minutes)"
+    # /proc is mounted in the rootfs while packages install; it must be gone before the rootfs
+    # is removed or packed
+    trap 'umount "$work/rootfs/proc" 2>/dev/null || true; rm -rf "$work"' EXIT
+    # debootstrap's --include resolver takes no alternatives ("libgtk-3-0 | a portal backend",
+    # which chromium depends on), so it lays down the bare minbase system and apt inside it
+    # installs packages.txt with the real resolver
+    say "debootstrap --variant=minbase $suite from $mirror"
     if ! debootstrap --variant=minbase "$suite" "$work/rootfs" "$mirror" \
             >"$work/debootstrap.log" 2>&1; then
         tail -n 30 "$work/debootstrap.log" >&2
         die "debootstrap failed (log above)"
     fi
     cp /etc/resolv.conf "$work/rootfs/etc/resolv.conf" 2>/dev/null || true
-    # apt, not debootstrap --include, installs the packages: debootstrap's resolver cannot
-    # configure a tree like npm's (virtual packages, alternatives), apt does, as in the Dockerfile
-    say "apt-get install ${packages//,/ }"
-    # shellcheck disable=SC2086 # one word per package
-    if ! chroot "$work/rootfs" /bin/sh -c 'apt-get update -qq \
-            && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" \
-            && apt-get clean && rm -rf /var/lib/apt/lists/*' sh ${packages//,/ } \
+    # the point-release and security suites too: Debian ships Chromium's fixes through security
+    {
+        echo "deb $mirror $suite main"
+        echo "deb $mirror $suite-updates main"
+        security="${mirror%/debian}/debian-security"
+        if curl -fsS --max-time 10 -o /dev/null "$security/dists/$suite-security/Release"; then
+            echo "deb $security $suite-security main"
+        else
+            say "no $suite-security next to $mirror; installing without security updates"
+        fi
+    } >"$work/rootfs/etc/apt/sources.list"
+    # no daemon may start inside the chroot while packages install
+    printf '#!/bin/sh\nexit 101\n' >"$work/rootfs/usr/sbin/policy-rc.d"
+    chmod 0755 "$work/rootfs/usr/sbin/policy-rc.d"
+    mount -t proc proc "$work/rootfs/proc" || die "could not mount /proc in the rootfs"
+    say "apt-get install --no-install-recommends $packages (takes a few minutes)"
+    if ! chroot "$work/rootfs" env DEBIAN_FRONTEND=noninteractive LC_ALL=C sh -c \
+            "apt-get update && apt-get install -y --no-install-recommends $(echo "$packages" | tr , ' ') && apt-get clean" \
             >"$work/apt.log" 2>&1; then
         tail -n 30 "$work/apt.log" >&2
-        die "apt-get install inside the rootfs failed (log above)"
+        umount "$work/rootfs/proc" 2>/dev/null || true
+        die "installing packages.txt inside the rootfs failed (log above)"
     fi
+    umount "$work/rootfs/proc" || die "could not unmount /proc in the rootfs"
+    rm -f "$work/rootfs/usr/sbin/policy-rc.d"
     say "installing the skill runtime (runtime-requirements.txt) at /opt/motor-cortex-runtime"
     mkdir -p "$work/rootfs/tmp/image"
-    cp "$here/runtime.sh" "$here/runtime-requirements.txt" "$work/rootfs/tmp/image/"
+    cp "$here/runtime.sh" "$here/runtime-requirements.txt" "$here/browser.sh" \
+        "$here/browser-requirements.txt" "$work/rootfs/tmp/image/"
     # a host that reaches the registry through a TLS-inspecting proxy names its CA bundle in
     # PIP_CERT (or REQUESTS_CA_BUNDLE). Debian's pip inside the rootfs trusts the system bundle
     # whatever PIP_CERT says, so the host's bundle stands in for it during the install and the
@@ -110,10 +133,19 @@ else
         PIP_INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}" \
         /bin/sh /tmp/image/runtime.sh /opt/motor-cortex-runtime \
         || die "the skill runtime could not be installed inside the rootfs"
+    say "installing the browser driver (browser-requirements.txt) at /opt/motor-cortex-browser"
+    chroot "$work/rootfs" env -u PIP_FIND_LINKS -u PIP_CERT \
+        PIP_INDEX_URL="${PIP_INDEX_URL:-https://pypi.org/simple}" \
+        /bin/sh /tmp/image/browser.sh /opt/motor-cortex-browser \
+        || die "the browser driver could not be installed inside the rootfs"
     if [ -f "$work/ca-certificates.crt.image" ]; then
         cp "$work/ca-certificates.crt.image" "$system_ca"
     fi
     rm -rf "$work/rootfs/tmp/image"
+    # Chromium's managed policy is part of the image too (sessions also mount the same file
+    # there), so no browser ever starts in it without the policy (no file://, no DNS-over-HTTPS)
+    install -D -m 0644 "$here/../browser_policy.json" \
+        "$work/rootfs/etc/chromium/policies/managed/motor-cortex.json"
     say "finalising the rootfs (user 10001, mount points, trimming)"
     cp "$here/finalize.sh" "$work/rootfs/finalize.sh"
     chroot "$work/rootfs" /bin/sh /finalize.sh || die "finalize.sh failed inside the rootfs"
@@ -138,7 +170,7 @@ docker import \
     --change "LABEL motor-cortex.inputs=$inputs_hash" \
     - "$image" <"$rootfs_tar" >/dev/null || die "docker import failed"
 
-check="$(docker run --rm --network none "$image" sh -c 'id -u; python3 -c "print(1+1)"; /opt/motor-cortex-runtime/bin/python3 -c "import mcp.server.fastmcp, httpx, bs4, lxml, yaml, toml, pandas, PIL, pytest" || exit 1; for c in curl jq grep sort uniq wc head tail cat echo date node npm; do command -v $c; done | wc -l')" \
+check="$(docker run --rm --network none "$image" sh -c 'id -u; python3 -c "print(1+1)"; /opt/motor-cortex-runtime/bin/python3 -c "import mcp.server.fastmcp, httpx, bs4, lxml, yaml, toml, pandas, PIL, pytest" || exit 1; python3 -I -c "import sys; sys.path.insert(0, \"/opt/motor-cortex-browser\"); import playwright.sync_api, greenlet" || exit 1; /usr/lib/chromium/chromium --version >/dev/null || exit 1; test -s /etc/chromium/policies/managed/motor-cortex.json || exit 1; for c in curl jq grep sort uniq wc head tail cat echo date node npm; do command -v $c; done | wc -l')" \
     || die "the new image does not start"
 [ "$check" = "$(printf '10001\n2\n13')" ] || die "the new image failed its smoke check: $check"
 if [ -n "$old_id" ] && [ "$old_id" != "$(docker image inspect --format '{{.Id}}' "$image")" ]; then

@@ -13,9 +13,11 @@ under /tmp, one context per process.
 Request: ``{"action": str, ...arguments, "timeout_ms": int}``. Answer::
 
     {"ok": bool, "output": str, "error_code": str | null, "url": str, "title": str,
-     "snapshot": [str, ...], "truncated": bool, "data": object | null, "refused": [str, ...]}
+     "snapshot": [str, ...], "truncated": bool, "data": object | null, "refused": [str, ...],
+     "located": {"ref": str, "role": str, "name": str} | null}
 
-``refused`` lists the requests the egress proxy turned away since the previous answer.
+``refused`` lists the requests the egress proxy turned away since the previous answer;
+``located`` is the element an action found by ``locator`` (or by ``ref`` with ``describe``).
 """
 
 from __future__ import annotations
@@ -35,10 +37,48 @@ CHROMIUM = os.environ.get("MOTOR_CHROMIUM", "/usr/lib/chromium/chromium")
 PROXY = "http://127.0.0.1:3128"
 DOWNLOADS = "/workspace/downloads"
 SNAPSHOT_JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "browser_snapshot.js")
+#: Chromium features switched off. Chromium keeps only the last --disable-features it is given,
+#: and ours comes after Playwright's own list, so this is the union: Playwright's (which keeps
+#: pages deterministic and stops startup requests such as network-time queries) and ours, every
+#: one a source of background traffic to the vendor's services the proxy would otherwise see
+#: (and refuse): DNS-over-HTTPS, prediction and preconnects, optimization hints, translation,
+#: autofill and certificate-transparency downloads, the media router, sign-in and account checks.
+DISABLED_FEATURES = (
+    # Playwright's
+    "AvoidUnnecessaryBeforeUnloadCheckSync",
+    "DestroyProfileOnBrowserClose",
+    "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable",
+    "LensOverlay",
+    "MediaRouter",
+    "PaintHolding",
+    "ThirdPartyStoragePartitioning",
+    "AvoidCorsURLLoaderRestartOnRedirect",
+    "OptimizationHints",
+    "NetworkTimeServiceQuerying",
+    "AimEnabled",
+    "PreconnectToSearch",
+    # ours
+    "DnsOverHttps",
+    "NetworkPrediction",
+    "OptimizationHintsFetching",
+    "OptimizationGuideModelDownloading",
+    "Translate",
+    "AutofillServerCommunication",
+    "CertificateTransparencyComponentUpdater",
+    "InterestFeedContentSuggestions",
+    "GlobalMediaControls",
+    "SafeBrowsingBetterTelemetryAcrossReports",
+    "PrivacySandboxSettings4",
+    "AcceptCHFrame",
+)
+#: where the browser's own service requests go: the discard port, which Chromium never connects to
+VENDOR_SINK = "http://127.0.0.1:9"
 #: flags for Chromium inside the sandbox: the outer sandbox (namespaces, seccomp, no_new_privs)
 #: confines it, so its own sandbox (which needs user namespaces and setuid) is off; /dev/shm is
-#: small, so shared memory goes to /tmp; no background traffic, no QUIC (the proxy speaks TCP),
-#: no disk cache, every host through the proxy (loopback too)
+#: small, so shared memory goes to /tmp; no background traffic of its own (updates, sign-in,
+#: safe browsing, metrics, pings: the proxy sees the page's requests only), no QUIC (the proxy
+#: speaks TCP), no disk cache, every host through the proxy (loopback too)
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-dev-shm-usage",
@@ -46,6 +86,7 @@ CHROMIUM_ARGS = [
     "--no-zygote",
     "--disable-quic",
     "--no-first-run",
+    "--no-default-browser-check",
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
@@ -53,10 +94,22 @@ CHROMIUM_ARGS = [
     "--disable-extensions",
     "--disable-default-apps",
     "--disable-client-side-phishing-detection",
-    "--disable-features=DnsOverHttps,NetworkPrediction,MediaRouter,OptimizationHints",
+    "--disable-domain-reliability",
+    "--safebrowsing-disable-auto-update",
+    "--no-pings",
+    "--metrics-recording-only",
+    "--disable-features=" + ",".join(DISABLED_FEATURES),
     "--dns-prefetch-disable",
     "--disk-cache-size=1",
-    "--proxy-bypass-list=<-loopback>",
+    # the browser's own services that no switch turns off (the account list of its identity
+    # manager, the component updater) are pointed at a port Chromium itself refuses to dial,
+    # outside the proxy: they fail inside the browser and the proxy never sees them. Pages are
+    # unaffected (a page's request to that port is refused the same way, before any network).
+    "--gaia-url=" + VENDOR_SINK,
+    "--google-apis-url=" + VENDOR_SINK,
+    "--lso-url=" + VENDOR_SINK,
+    "--component-updater=url-source=" + VENDOR_SINK + "/",
+    "--proxy-bypass-list=<-loopback>;127.0.0.1:9",
 ]
 #: the most snapshot lines an answer carries
 SNAPSHOT_LINES = 400
@@ -117,6 +170,7 @@ class BrowserHost:
         self.page = self.context.new_page()
         self.page.on("download", self._download)
         self.downloads: list[str] = []
+        self.located: dict[str, str] | None = None
 
     # ------------------------------------------------------------------ events
 
@@ -152,6 +206,37 @@ class BrowserHost:
             )
         return locator.first
 
+    def _index(self) -> dict[str, list[str]]:
+        """Every ref on the page (assigning new ones as a snapshot does) with its role and name."""
+        shot = self.page.evaluate(
+            self.snapshot_js,
+            {"attr": self.ref_attr, "secret": self.secret_attr, "limit": 100_000, "index": True},
+        )
+        return dict(shot.get("index") or {})
+
+    def _element(self, req: dict[str, Any]) -> Any:
+        """The element an action is on: by `locator` ({role, name}: a selector remembered for a
+        skill, the first element in document order with exactly that role and name), else by
+        `ref`. With `describe` (or a locator) the element's role and name are answered as
+        ``located``, so the caller can remember them."""
+        locator = req.get("locator")
+        if isinstance(locator, dict):
+            role, name = str(locator.get("role") or ""), str(locator.get("name") or "")
+            for ref, (found_role, found_name) in self._index().items():
+                if (found_role, found_name) == (role, name):
+                    self.located = {"ref": ref, "role": role, "name": name}
+                    return self._locate(ref)
+            raise ActionError(
+                "not_found", f"no {role} named {name!r} on this page (a remembered selector)"
+            )
+        ref = req.get("ref", "")
+        element = self._locate(ref)
+        if req.get("describe"):
+            described = self._index().get(ref)
+            if described:
+                self.located = {"ref": ref, "role": described[0], "name": described[1]}
+        return element
+
     def snapshot(self) -> dict[str, Any]:
         try:
             shot = self.page.evaluate(
@@ -181,7 +266,7 @@ class BrowserHost:
         return {"status": response.status}
 
     def click(self, req: dict[str, Any], timeout: int) -> Any:
-        self._locate(req.get("ref", "")).click(timeout=timeout)
+        self._element(req).click(timeout=timeout)
         try:
             self.page.wait_for_load_state("load", timeout=timeout)
         except Exception:  # noqa: BLE001, S110 - a click that starts no navigation is fine
@@ -189,7 +274,7 @@ class BrowserHost:
         return None
 
     def type(self, req: dict[str, Any], timeout: int) -> Any:
-        target = self._locate(req.get("ref", ""))
+        target = self._element(req)
         text = req.get("text")
         if not isinstance(text, str):
             raise ActionError("invalid_args", "type needs 'text' (a string)")
@@ -205,7 +290,7 @@ class BrowserHost:
         value = req.get("value")
         if not isinstance(value, str):
             raise ActionError("invalid_args", "select needs 'value' (an option's label or value)")
-        target = self._locate(req.get("ref", ""))
+        target = self._element(req)
         try:
             target.select_option(label=value, timeout=timeout)
         except Exception:  # noqa: BLE001 - try the option's value next
@@ -213,8 +298,8 @@ class BrowserHost:
         return None
 
     def scroll(self, req: dict[str, Any], timeout: int) -> Any:
-        if req.get("ref"):
-            self._locate(req["ref"]).scroll_into_view_if_needed(timeout=timeout)
+        if req.get("ref") or req.get("locator"):
+            self._element(req).scroll_into_view_if_needed(timeout=timeout)
         else:
             amount = 800 if req.get("direction", "down") == "down" else -800
             self.page.mouse.wheel(0, amount)
@@ -230,7 +315,8 @@ class BrowserHost:
         return None
 
     def extract(self, req: dict[str, Any], timeout: int) -> Any:
-        target = self._locate(req["ref"]) if req.get("ref") else self.page.locator("body")
+        located = req.get("ref") or req.get("locator")
+        target = self._element(req) if located else self.page.locator("body")
         if req.get("format") == "table":
             rows = target.evaluate(
                 """(el, secret) => {
@@ -293,6 +379,7 @@ class BrowserHost:
         timeout = int(req.get("timeout_ms") or 10_000)
         data: Any = None
         error: tuple[str, str] | None = None
+        self.located = None
         if action not in self.ACTIONS:
             error = ("invalid_args", f"unknown action {action!r}")
         elif action != "snapshot":
@@ -319,6 +406,7 @@ class BrowserHost:
             "data": data,
             "refused": refused,
             "downloads": list(self.downloads),
+            "located": self.located,
         }
         self.downloads.clear()
         return answer
@@ -344,6 +432,8 @@ def main() -> int:
     try:
         host = BrowserHost(proxy=proxy)
     except Exception as exc:  # noqa: BLE001 - reported to the first request, then we exit
+        # the whole error (Playwright appends Chromium's own log) goes to the resident's log
+        print(f"the browser could not start: {exc}", file=sys.stderr, flush=True)
         message = f"the browser could not start: {str(exc).splitlines()[0] if str(exc) else exc}"
         while _read_frame(stdin) is not None:
             _write_frame(

@@ -1,13 +1,23 @@
 // The compact accessibility snapshot of a page (run by browser_host.py inside the sandbox).
 // Argument: {attr: the per-browser ref attribute, secret: the attribute marking fields filled
-// with a credential, limit: the most lines}. Returns {lines: [...], truncated: bool}.
+// with a credential, limit: the most lines, index: also answer every ref's role and name}.
+// Returns {lines: [...], truncated: bool, index: {ref: [role, name]} | undefined}.
 // Every element worth acting on gets a ref kept in `attr` (stable while the element lives), so
 // the next action can name it. Values of password fields and of fields marked secret are never
 // read into the snapshot.
+//
+// One line per element, as few marks as possible (the snapshot is what the model reads on every
+// action): `e4 textbox New reading = 985` is a ref, a role, a name and, after " = ", a value
+// (none: the field is empty); `h1 Your meters` a heading of level 1; a table row is its cells
+// joined by " | "; any other line is the page's text, long texts shortened (extract reads them
+// in full).
 (args) => {
   const ATTR = args.attr;
   const SECRET = args.secret;
   const LIMIT = args.limit;
+  const INDEX = args.index ? {} : null;
+  //: the most characters of one text line; the rest is "…" (extract gives all of it)
+  const TEXT_CHARS = 100;
   let counter = Number(document.documentElement.getAttribute(ATTR + "-n") || "0");
   const lines = [];
   let truncated = false;
@@ -107,16 +117,16 @@
   const rowLine = (el) => {
     // a table row on one line: its cells' texts, separated by |
     const cells = Array.from(el.children).filter((c) => !hidden(c));
-    return "row: " + cells.map((c) => JSON.stringify(clip(c.innerText, 60))).join(" | ");
+    return cells.map((c) => clip(c.innerText, 60)).join(" | ");
   };
   const walk = (node, depth) => {
     if (truncated) return;
     if (node.nodeType === Node.TEXT_NODE) {
-      const text = clip(node.textContent, 200);
+      const text = clip(node.textContent, TEXT_CHARS);
       // a label's text is the name of its control, printed there
       const parent = node.parentElement;
       if (parent && parent.tagName === "LABEL" && parent.control) return;
-      if (text) push(depth, JSON.stringify(text));
+      if (text) push(depth, text);
       return;
     }
     if (node.nodeType !== Node.ELEMENT_NODE) return;
@@ -133,21 +143,27 @@
     }
     if (named) {
       const name = nameOf(el, role);
-      let line = role;
-      if (name) line += " " + JSON.stringify(name);
-      if (ACTIONABLE.has(role) || role === "table") {
-        line = "[" + refOf(el) + "] " + line;
+      let line;
+      if (role === "heading") {
+        line = "h" + (Number(el.tagName.slice(1)) || el.getAttribute("aria-level") || 2) + " " + name;
+      } else {
+        line = name ? role + " " + name : role;
+        if (ACTIONABLE.has(role) || role === "table") {
+          const ref = refOf(el);
+          line = ref + " " + line;
+          if (INDEX) INDEX[ref] = [role, name];
+        }
       }
       const value = valueOf(el, role);
-      if (value !== null && value !== undefined) line += " value=" + JSON.stringify(value);
-      if (role === "heading") line += " level=" + el.tagName.slice(1);
-      if (el.disabled) line += " disabled";
-      if (!push(depth, line)) return;
+      if (value) line += " = " + value;
+      if (el.disabled) line += " (disabled)";
+      if (!push(depth, line.trim())) return;
       // a leaf control's text is its name: do not repeat it
       if (["link", "button", "textbox", "searchbox", "option", "heading", "columnheader",
         "cell", "img", "checkbox", "radio", "spinbutton", "slider"].includes(role)) return;
       if (el.tagName === "SELECT") {
-        for (const opt of el.options) push(depth + 1, "option " + JSON.stringify(clip(opt.text, 60)));
+        const options = Array.from(el.options).map((opt) => clip(opt.text, 40));
+        push(depth + 1, "options: " + options.join(" | "));
         return;
       }
     }
@@ -155,5 +171,5 @@
   };
   if (document.body) walk(document.body, 0);
   document.documentElement.setAttribute(ATTR + "-n", String(counter));
-  return { lines, truncated };
+  return INDEX ? { lines, truncated, index: INDEX } : { lines, truncated };
 }

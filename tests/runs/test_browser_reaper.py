@@ -1,6 +1,7 @@
 """The beat sweep that kills the sandboxes — and the browsers in them — of runs that have ended,
 whichever process owns them: here a separate process that opened a run's session, started its
-browser and never closes it."""
+browser and never closes it. On both backends: a bwrap sandbox is found by its processes, a
+docker one by its container's labels."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from runs.models import RunStatus
 from runs.services import run_cancel, run_start
 from runs.tasks import sandbox_orphans_kill_task
-from sandbox.reaper import bwrap_sandboxes, descendants
+from sandbox.reaper import bwrap_sandboxes, descendants, docker_sandboxes
 from tests.runs.helpers import new_workspace
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.django_db]
@@ -28,10 +29,15 @@ REPO = Path(__file__).resolve().parents[2]
 HOLDER = """
 import sys, time
 from pathlib import Path
-from sandbox.backends.bwrap import BwrapBackend
 from sandbox.browser import SandboxBrowser, browser_mounts
 from sandbox.types import SessionSpec
-session = BwrapBackend().open(SessionSpec(
+if sys.argv[3] == "docker":
+    from sandbox.backends.docker import DockerBackend
+    backend = DockerBackend(sweep=False)
+else:
+    from sandbox.backends.bwrap import BwrapBackend
+    backend = BwrapBackend()
+session = backend.open(SessionSpec(
     workspace=Path(sys.argv[2]), session_id=sys.argv[1], readonly_mounts=browser_mounts()))
 state = SandboxBrowser(session).launch()
 print("ready" if state.ok else "failed: " + state.message, flush=True)
@@ -39,13 +45,34 @@ time.sleep(600)
 """
 
 
+@pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def backend(request, settings) -> str:
+    settings.SANDBOX_BACKEND = request.param
+    return str(request.param)
+
+
+def sandboxes(backend: str) -> dict[str, list[int]]:
+    """{run id: [the top process of each of its sandboxes]} on `backend`."""
+    if backend == "bwrap":
+        return bwrap_sandboxes()
+    import docker
+
+    engine = docker.from_env()
+    return {
+        run_id: [int(engine.containers.get(cid).attrs["State"]["Pid"]) for cid in ids]
+        for run_id, ids in docker_sandboxes().items()
+    }
+
+
 @pytest.fixture
-def hold() -> Iterator:
+def hold(backend) -> Iterator:
     held: list[subprocess.Popen] = []
+    runs: list[str] = []
 
     def start(run_id: str, workspace: str) -> subprocess.Popen:
+        runs.append(run_id)
         process = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, run_id, workspace],
+            [sys.executable, "-c", HOLDER, run_id, workspace, backend],
             cwd=REPO,
             env={**os.environ, "PYTHONPATH": str(REPO)},
             stdout=subprocess.PIPE,
@@ -61,6 +88,13 @@ def hold() -> Iterator:
     for process in held:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+    if backend == "docker":
+        # a killed holder leaves its container; remove those of this test's runs
+        from sandbox.reaper import kill_containers
+
+        for run_id, ids in docker_sandboxes().items():
+            if run_id in runs:
+                kill_containers(ids)
 
 
 def _chromium_under(pids: list[int]) -> list[int]:
@@ -76,7 +110,7 @@ def _chromium_under(pids: list[int]) -> list[int]:
 
 
 def test_the_sweep_kills_the_sandbox_and_browser_of_an_ended_run_and_spares_a_live_one(
-    agent, make_agent, hold
+    agent, make_agent, hold, backend
 ):
     # given two runs whose sessions (each with its browser) are held open by another process
     ended = run_start(
@@ -87,9 +121,9 @@ def test_the_sweep_kills_the_sandbox_and_browser_of_an_ended_run_and_spares_a_li
     )["run_id"]
     workspaces = {run_id: new_workspace() for run_id in (ended, live)}
     holders = {run_id: hold(run_id, workspaces[run_id]) for run_id in (ended, live)}
-    sandboxes = bwrap_sandboxes()
-    assert _chromium_under(sandboxes[ended]) and _chromium_under(sandboxes[live])
-    doomed = [pid for pid in sandboxes[ended] for pid in [pid, *descendants(pid)]]
+    found = sandboxes(backend)
+    assert _chromium_under(found[ended]) and _chromium_under(found[live])
+    doomed = [pid for pid in found[ended] for pid in [pid, *descendants(pid)]]
 
     # when one run is cancelled and the sweep runs
     run_cancel(run_id=ended, actor="t")
@@ -102,7 +136,7 @@ def test_the_sweep_kills_the_sandbox_and_browser_of_an_ended_run_and_spares_a_li
     still = [p for p in doomed if Path(f"/proc/{p}/stat").exists()]
     states = [Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] for p in still]
     assert all(state in ("Z", "X") for state in states)
-    after = bwrap_sandboxes()
+    after = sandboxes(backend)
     assert ended not in after
     assert _chromium_under(after[live])
     assert holders[live].poll() is None

@@ -1,5 +1,5 @@
-"""The `browser` tool in real runs: a scripted model drives Chromium inside the run's bwrap
-session against the test upstream's utility portal (tests/fixtures/portal.py) — the seed's
+"""The `browser` tool in real runs: a scripted model drives Chromium inside the run's session
+(bwrap, and docker with the sandbox image's Chromium) against the test upstream's utility portal (tests/fixtures/portal.py) — the seed's
 utility-readings flow: log in with a vault credential, read the meters, ask the owner with the
 values, submit exactly once, report."""
 
@@ -22,13 +22,14 @@ pytestmark = [pytest.mark.django_db, pytest.mark.browser, pytest.mark.slow]
 PORTAL = f"http://{HOST}"
 
 
-@pytest.fixture
-def portal(upstream, monkeypatch, settings):  # noqa: F811
+@pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def portal(request, upstream, monkeypatch, settings):  # noqa: F811
+    """The portal on the test upstream, runs on each isolating backend."""
     monkeypatch.setenv(
         "MOTOR_SANDBOX_EGRESS_HOSTS", f"{HOST}={upstream.ip},evil.test={upstream.ip}"
     )
     settings.MOTOR_CREDENTIAL_RESOLVER = "tests.runs.credential_resolver.resolve"
-    settings.SANDBOX_BACKEND = "bwrap"
+    settings.SANDBOX_BACKEND = request.param
     upstream.routes_clear()
     serve_portal(upstream)
     yield upstream
@@ -122,7 +123,7 @@ def test_the_utility_readings_flow_logs_in_asks_and_submits_exactly_once(
     )
     assert SECRET_VALUE not in stored
     assert SECRET_VALUE not in json.dumps(scripted_llm.requests)
-    assert '[e2] textbox "Password" value="••••••"' in results["pass"]["output"]
+    assert "\ne2 textbox Password = ••••••\n" in results["pass"]["output"]
     # the undeclared domain was refused and reported
     assert (results["leave"]["ok"], results["leave"]["error_code"]) == (False, "network_blocked")
     assert "evil.test" in results["leave"]["output"]
@@ -132,7 +133,7 @@ def test_the_utility_readings_flow_logs_in_asks_and_submits_exactly_once(
         'data: {"rows": [["Meter", "Last reading"], ["Apt 67 cold water", "985"]'
         in (results["table"]["output"])
     )
-    assert 'heading "Readings received" level=1' in results["submit"]["output"]
+    assert "\nh1 Readings received\n" in results["submit"]["output"]
     assert f"idempotency key: {run_id}:" in results["submit"]["output"]
     # every page reached the model marked as untrusted web content, the injection with it
     contents = [

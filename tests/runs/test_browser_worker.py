@@ -1,7 +1,8 @@
 """The browser under real Celery worker processes: a worker SIGKILLed right after an approved
 submitting click leaves its outcome unknown (reported, never clicked again; a second click waits
 for the owner); a worker SIGKILLed in the middle of an action leaves no browser process behind
-(the sandbox, and the browser in it, die with their owner)."""
+(the sandbox, and the browser in it, die with their owner); a run's browser time is counted in
+the database, so the pool process that takes the run over after a crash keeps counting."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from runs.browser_models import BrowserTime
 from runs.models import ApprovalRequest, MotorRun, RunStatus, Step
 from runs.pipeline.decide import APPROVAL_SUMMARY
 from runs.services import run_approve, run_start
-from tests.fixtures.llm import reply_tools, tool_call
+from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.fixtures.portal import HOST, serve_portal
 from tests.fixtures.upstream import upstream  # noqa: F401 (fixture)
 from tests.runs.helpers import new_workspace
@@ -147,3 +149,51 @@ def test_a_worker_sigkilled_mid_action_leaves_no_browser_process(
 
     _wait_for(all_gone, "the browser's processes to die with the worker", timeout_s=30)
     os.killpg(worker.pid, signal.SIGKILL)
+
+
+def test_a_runs_browser_time_is_counted_across_worker_processes(
+    agent,
+    llm_stub_server,
+    start_worker,  # noqa: F811
+    upstream,  # noqa: F811
+    tmp_path,
+):
+    # given a worker whose runs have 1 s of browser time, and whose pool process dies (SIGKILL,
+    # once) right after a call ran
+    upstream.routes_clear()
+    serve_portal(upstream)
+    marker = tmp_path / "crashed"
+    worker = start_worker(
+        MOTOR_SANDBOX_EGRESS_HOSTS=_hosts(upstream),
+        MOTOR_TEST_CRASH_AT=f"after_execution:{marker}",
+        MOTOR_BROWSER_RUN_SECONDS="1",
+    )
+    _wait_for(lambda: len(_pool_children(worker)) == 1, "the worker's pool process")
+    (first_process,) = _pool_children(worker)
+    llm_stub_server.add(
+        _browse("nav", action="navigate", url=f"{PORTAL}/meters"),
+        _browse("nav2", action="navigate", url=f"{PORTAL}/login"),
+        reply_text("Out of browser time."),
+    )
+    run_id = run_start(
+        agent_id=agent.pk,
+        task="Read the meters",
+        tools=["browser"],
+        allowed_domains=[HOST],
+        workspace=new_workspace(),
+        actor="t",
+    )["run_id"]
+
+    # when the first action (the browser's start included: more than 1 s) ran in that process,
+    # which then died, and the run went on in the pool's next process
+    _wait_for(lambda: marker.exists(), "the crash after the first action", 240)
+    _wait_for(lambda: _status(run_id) == RunStatus.COMPLETED, "the run's end", 240)
+
+    # then the first process's time was kept, and the next process refused the second action
+    assert BrowserTime.objects.get(run_id=run_id).spent_ms >= 1000
+    nav2 = Step.objects.get(attempt__run_id=run_id, tool_call_id="nav2")
+    assert (nav2.result["ok"], nav2.result["error_code"]) == (False, "timeout")
+    assert "this run has used its 1 s of browser time" in nav2.result["output"]
+    assert upstream.requests(HOST).count("GET /meters") == 1
+    assert "GET /login" not in upstream.requests(HOST)
+    assert first_process not in _pool_children(worker)

@@ -1,7 +1,8 @@
 """The sandbox image: the registry-free local build and the production Dockerfile agree.
 
-Both build paths read sandbox/image/packages.txt and run sandbox/image/finalize.sh, and both set
-the same user, working directory and PATH. The static tests parse the two recipes; the others
+Both build paths read sandbox/image/packages.txt (Chromium among them), install the browser
+driver with browser.sh and run sandbox/image/finalize.sh, and both set the same user, working
+directory and PATH. The static tests parse the two recipes; the others
 check the image that build.sh actually produced on this machine.
 """
 
@@ -17,11 +18,15 @@ from pathlib import Path
 import docker
 import pytest
 
-from sandbox.backends.docker import DEFAULT_IMAGE, SANDBOX_UID
+from sandbox.backends.docker import DEFAULT_IMAGE as BACKEND_DEFAULT_IMAGE
+from sandbox.backends.docker import SANDBOX_UID
 
 IMAGE_DIR = Path(__file__).resolve().parents[2] / "sandbox" / "image"
 BUILD_SH = IMAGE_DIR / "build.sh"
 DOCKERFILE = IMAGE_DIR / "Dockerfile"
+#: the image build.sh produced here (the one the docker backend uses)
+DEFAULT_IMAGE = os.environ.get("SANDBOX_DOCKER_IMAGE") or BACKEND_DEFAULT_IMAGE
+UV_LOCK = IMAGE_DIR.parents[1] / "uv.lock"
 
 
 def packages() -> list[str]:
@@ -51,13 +56,16 @@ def test_both_recipes_install_the_shared_package_list_and_run_the_same_finalisat
     instructions = dockerfile_instructions()
     # then both take the packages from packages.txt and finalise with finalize.sh
     assert '"$here/packages.txt"' in build_sh
-    # (installed by apt in both: debootstrap lays the base system only)
-    assert "apt-get install -y -qq --no-install-recommends" in build_sh
+    # (debootstrap lays down minbase; apt inside the rootfs installs the list, alternatives
+    # and all, as the Dockerfile's apt does)
+    assert 'debootstrap --variant=minbase "$suite"' in build_sh
+    assert 'apt-get install -y --no-install-recommends $(echo "$packages"' in build_sh
     assert "--include=" not in build_sh
     assert 'chroot "$work/rootfs" /bin/sh /finalize.sh' in build_sh
-    assert instructions["COPY"] == (
+    assert " ".join(instructions["COPY"].split()) == (
         "sandbox/image/packages.txt sandbox/image/finalize.sh sandbox/image/runtime.sh "
-        "sandbox/image/runtime-requirements.txt /tmp/image/"
+        "sandbox/image/runtime-requirements.txt sandbox/image/browser.sh "
+        "sandbox/image/browser-requirements.txt /tmp/image/"
     )
     assert "apt-get install -y --no-install-recommends" in instructions["RUN"]
     assert "/tmp/image/packages.txt" in instructions["RUN"]
@@ -65,9 +73,18 @@ def test_both_recipes_install_the_shared_package_list_and_run_the_same_finalisat
     # and both install the skill runtime from the one pinned file, at the same path
     assert "sh /tmp/image/runtime.sh /opt/motor-cortex-runtime" in instructions["RUN"]
     assert (
-        '"$here/runtime.sh" "$here/runtime-requirements.txt" "$work/rootfs/tmp/image/"' in build_sh
-    )
+        'cp "$here/runtime.sh" "$here/runtime-requirements.txt" "$here/browser.sh" '
+        '"$here/browser-requirements.txt" "$work/rootfs/tmp/image/"'
+    ) in " ".join(build_sh.replace("\\\n", " ").split())
     assert "/bin/sh /tmp/image/runtime.sh /opt/motor-cortex-runtime" in build_sh
+    # and the browser driver from its pinned file, and Chromium's managed policy
+    assert "sh /tmp/image/browser.sh /opt/motor-cortex-browser" in instructions["RUN"]
+    assert "/bin/sh /tmp/image/browser.sh /opt/motor-cortex-browser" in build_sh
+    assert (
+        "COPY sandbox/browser_policy.json /etc/chromium/policies/managed/motor-cortex.json"
+        in DOCKERFILE.read_text()
+    )
+    assert '"$work/rootfs/etc/chromium/policies/managed/motor-cortex.json"' in build_sh
     # and the list holds what the code tool and the default bash allowlist need, the
     # virtualenv module the runtime is built with, and node and npm for npm dependencies
     assert packages() == [
@@ -81,7 +98,24 @@ def test_both_recipes_install_the_shared_package_list_and_run_the_same_finalisat
         "ca-certificates",
         "coreutils",
         "grep",
+        "chromium",
+        "fonts-liberation",
+        "libatomic1",
     ]
+
+
+def test_the_image_pins_the_playwright_the_worker_runs() -> None:
+    # given the browser driver's pins and the project's lock file
+    pins = dict(
+        line.split("==")
+        for line in (IMAGE_DIR / "browser-requirements.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    lock = UV_LOCK.read_text()
+    # then each is the version uv.lock gives the worker (the same driver on both backends)
+    assert set(pins) == {"playwright", "greenlet"}
+    for name, version in pins.items():
+        assert f'name = "{name}"\nversion = "{version}"\n' in lock, (name, version)
 
 
 def test_both_recipes_set_the_same_user_workdir_and_path() -> None:
@@ -110,7 +144,11 @@ def image_facts(client: docker.DockerClient, image: str) -> list[str]:
             "-c",
             "dpkg-query -W -f '${Package} ${Status}\\n' " + " ".join(packages()) + " | sort; "
             "getent passwd sandbox; id -u; pwd; stat -c '%u %a' /workspace /opt/motor-cortex "
-            "/run/motor-cortex; find / -xdev -perm /6000 -type f | wc -l; ls /usr/share/doc | wc -l",
+            "/run/motor-cortex; find / -xdev -perm /6000 -type f | wc -l; ls /usr/share/doc | wc -l; "
+            'python3 -I -c \'import sys; sys.path.insert(0, "/opt/motor-cortex-browser"); '
+            'from playwright._repo_version import version; print("playwright", version)\'; '
+            "python3 -c 'import json; print(sorted(json.load(open("
+            '"/etc/chromium/policies/managed/motor-cortex.json")))[:2])\'',
         ],
         network_mode="none",
         remove=True,
@@ -128,6 +166,8 @@ EXPECTED_FACTS = [
     "0 755",
     "0",
     "0",
+    "playwright 1.65.2",
+    "['AutofillAddressEnabled', 'AutofillCreditCardEnabled']",
 ]
 
 
@@ -163,8 +203,13 @@ def test_production_dockerfile_builds_an_equivalent_image(tmp_path: Path) -> Non
         "finalize.sh",
         "runtime.sh",
         "runtime-requirements.txt",
+        "browser.sh",
+        "browser-requirements.txt",
     ):
         shutil.copy(IMAGE_DIR / name, context / "sandbox" / "image" / name)
+    shutil.copy(
+        IMAGE_DIR.parent / "browser_policy.json", context / "sandbox" / "browser_policy.json"
+    )
     try:
         client.images.build(path=str(tmp_path / "base"), tag=base, rm=True)
         # when the production Dockerfile is built on it, as docker compose does
