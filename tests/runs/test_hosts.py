@@ -201,7 +201,7 @@ def test_a_workspace_past_the_snapshot_quota_fails_the_run_with_the_reason(
 
 
 def test_a_snapshot_the_store_refuses_pauses_the_run_until_the_store_answers_again(
-    settings, agent, scripted_llm, tmp_path: Path, test_redis
+    settings, agent, scripted_llm, tmp_path: Path, test_redis, django_capture_on_commit_callbacks
 ) -> None:
     # given a snapshot store that cannot be written (a file where its directory should be)
     blocked = tmp_path / "store"
@@ -241,8 +241,9 @@ def test_a_snapshot_the_store_refuses_pauses_the_run_until_the_store_answers_aga
     assert run_status(run_id=run_id)["paused"]["reason"] == reason
     # when the store is back, the next beat wakes it once, to its host's queue
     blocked.unlink()
-    assert paused_runs_resume() == [run_id]
-    assert paused_runs_resume() == []
+    with django_capture_on_commit_callbacks(execute=True):
+        assert paused_runs_resume() == [run_id]
+        assert paused_runs_resume() == []
     queued = [json.loads(raw) for raw in test_redis.lrange("motor.host.host-a", 0, -1)]
     assert [m["headers"]["argsrepr"] for m in queued] == [f"['{run_id}', {run.lease_token}]"]
     assert run_status(run_id=run_id)["paused"] is None
@@ -271,7 +272,7 @@ def _dead_pid() -> int:
 
 
 def test_the_runs_of_a_host_silent_past_the_grace_are_re_sent_at_once_fenced_and_once(
-    settings, agent, make_agent, tmp_path: Path, test_redis
+    settings, agent, make_agent, tmp_path: Path, test_redis, django_capture_on_commit_callbacks
 ) -> None:
     settings.MOTOR_HOST_GRACE_SECONDS = 30
     settings.MOTOR_HOST_ID = "host-b"
@@ -306,8 +307,9 @@ def test_the_runs_of_a_host_silent_past_the_grace_are_re_sent_at_once_fenced_and
     )
     test_redis.delete("celery")
     # when host B beats (twice, as B and another live host would)
-    resent = hosts_gone_resend()
-    assert hosts_gone_resend() == []
+    with django_capture_on_commit_callbacks(execute=True):
+        resent = hosts_gone_resend()
+        assert hosts_gone_resend() == []
     # then the idle run and the killed slice's run were re-sent, each once, to the shared queue
     assert sorted(resent) == sorted([idle, held])
     queued = sorted(
