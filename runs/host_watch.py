@@ -169,9 +169,10 @@ def paused_runs_resume(*, using: str = DEFAULT_DB_ALIAS) -> list[str]:
             )
             if row is None or placement is None:
                 continue  # resumed or taken by a slice meanwhile
+            # conditional, under the run row's lock: of the hosts beating at once, one wakes it
             cleared = (
                 RunPlacement.objects.using(using)
-                .filter(pk=run_id, paused_at=placement)
+                .filter(pk=run_id, paused_at__isnull=False)
                 .update(paused_reason="", paused_at=None)
             )
             if not cleared:
