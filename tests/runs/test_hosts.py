@@ -12,8 +12,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.contrib.admin.utils import quote
+from django.contrib.auth.models import Permission, User
 from django.db import DEFAULT_DB_ALIAS, connections
+from django.test import Client
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
 
 from runs import hosts
 from runs.host_models import RunPlacement, WorkerHost
@@ -27,6 +32,7 @@ from runs.hosts import (
     run_queue,
 )
 from runs.models import MotorRun, RunStatus, Step
+from runs.reaper import run_reap
 from runs.selectors import run_status
 from runs.services import SliceOutcome, run_start, run_step
 from runs.snapshots import workspace_manifest
@@ -236,7 +242,24 @@ def test_a_snapshot_the_store_refuses_pauses_the_run_until_the_store_answers_aga
         "reason": reason,
         "since": placement.paused_at.isoformat(),
     }
-    # and a host's beat while the store is still down leaves it paused
+    # and in the admin: a "Paused" badge with the reason in the runs list, and on its page
+    staff = User.objects.create_user("vera", password="x", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_motorrun"))
+    admin = Client()
+    admin.force_login(staff)
+    listed = admin.get(reverse("admin:runs_motorrun_changelist")).content.decode()
+    assert (
+        '<span class="mc-badge mc-badge--running">Running</span> '
+        f'<span class="mc-badge mc-badge--paused" title="{escape(reason)}">Paused</span>'
+    ) in listed
+    console = admin.get(
+        reverse("admin:runs_motorrun_change", args=[quote(run_id)])
+    ).content.decode()
+    assert f"{escape(reason)}. The run resumes by itself once that is back." in console
+    # and neither the reaper, long after, nor a host's beat while the store is still down
+    # wakes it
+    MotorRun.objects.filter(pk=run_id).update(idle_since=timezone.now() - timedelta(hours=1))
+    assert run_reap()["woken"] == []
     assert paused_runs_resume() == []
     assert run_status(run_id=run_id)["paused"]["reason"] == reason
     # when the store is back, the next beat wakes it once, to its host's queue
