@@ -13,6 +13,8 @@ Each beat (MOTOR_HOST_HEARTBEAT_SECONDS) a host renews its heartbeat (runs.hosts
   the store answers again: the pause is cleared (once, conditionally), the time it lasted is
   not charged to the run's budget, and the run's next slice takes its step again.
 
+A host judges others only once its own beats have gone through for 1.5 intervals, so after a
+database outage (every heartbeat old) each live host renews its own before any counts it gone.
 All of it uses the thread's own connection (runs.hosts.host_connection_open), never a pooled
 one: a worker whose pool holds a single connection keeps it for its slices.
 """
@@ -189,28 +191,38 @@ def paused_runs_resume(*, using: str = DEFAULT_DB_ALIAS) -> list[str]:
     return woken
 
 
-def host_watch_beat(*, using: str = DEFAULT_DB_ALIAS) -> None:
-    """One beat: renew the heartbeat, re-send the slices of gone hosts' runs, wake runs whose
-    storage is back."""
+def host_watch_beat(*, using: str = DEFAULT_DB_ALIAS, sweep: bool = True) -> None:
+    """One beat: renew the heartbeat and, with `sweep`, re-send the slices of gone hosts' runs
+    and wake runs whose storage is back."""
     if not host_heartbeat(using=using):
         logger.error("host %s: another process took this host id over", host_id())
         return
-    hosts_gone_resend(using=using)
-    paused_runs_resume(using=using)
+    if sweep:
+        hosts_gone_resend(using=using)
+        paused_runs_resume(using=using)
 
 
 def host_watch_start() -> threading.Thread:
-    """A daemon thread beating every MOTOR_HOST_HEARTBEAT_SECONDS on a connection of its own."""
+    """A daemon thread beating every MOTOR_HOST_HEARTBEAT_SECONDS on a connection of its own.
+
+    It judges other hosts only after its own beats have gone through for 1.5 intervals: after
+    a database outage every host's heartbeat is old, and each live one gets a beat in before
+    any of them counts another as gone."""
     interval = float(getattr(settings, "MOTOR_HOST_HEARTBEAT_SECONDS", 10))
 
     def beat() -> None:
         alias = host_connection_open()
+        beating_since: float | None = None
         while True:
             time.sleep(interval)
             try:
-                host_watch_beat(using=alias)
+                now = time.monotonic()
+                settled = beating_since is not None and now - beating_since >= 1.5 * interval
+                host_watch_beat(using=alias, sweep=settled)
+                beating_since = now if beating_since is None else beating_since
             except Exception:  # noqa: BLE001 - a database or broker outage must not end the beat
                 logger.warning("host %s: heartbeat failed", host_id(), exc_info=True)
+                beating_since = None
                 host_connection_close()  # reopened by the next beat
 
     thread = threading.Thread(target=beat, name="motor-host-heartbeat", daemon=True)
