@@ -11,7 +11,9 @@ restarted worker consumes the host queue its runs' slices wait in.
 A run's slices go to the queue of the host holding its workspace (`RunPlacement.host_id`)
 while that host's heartbeat is fresh, and to the shared run queue once it is missing past the
 grace, where any host takes them and restores the workspace from its snapshot
-(runs.snapshots).
+(runs.snapshots); the heartbeat of any live host sends them there at once (runs.host_watch).
+Registration and heartbeat use a database connection of their own (`host_connection_open`),
+never one of the pool a threads worker's slices share.
 """
 
 from __future__ import annotations

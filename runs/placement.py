@@ -8,6 +8,9 @@ so a host that comes back after its runs moved finds its token stale and writes 
 `workspace_snapshot` runs after a tool call and before its result is recorded: a result is
 never recorded for files that object storage does not hold, so a host lost right after the
 record loses nothing, and a call whose snapshot failed is not recorded and stays to be retried.
+A store that keeps refusing pauses the run (`workspace_pause`): its placement says why and since
+when, the run API and the admin show it, and a host's heartbeat wakes it once the store answers
+(runs.host_watch).
 """
 
 from __future__ import annotations

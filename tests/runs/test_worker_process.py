@@ -492,6 +492,13 @@ def test_a_threads_worker_keeps_many_runs_waiting_on_the_llm_with_one_database_c
             states = [row[0] for row in cursor.fetchall()]
         # (none at all when the pool has let its connection go between two uses)
         assert states in ([], ["idle"])
+        # and with several hosts, the host's heartbeat keeps one connection of its own besides
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = 'mc-test-worker-host'"
+            )
+            assert cursor.fetchone()[0] == (1 if multi_host == "true" else 0)
     finally:
         for gate in gates:
             gate.set()
