@@ -9,7 +9,7 @@ from django.db.models import OuterRef, QuerySet, Subquery, Sum
 
 from runs.accounting import run_usage
 from runs.host_models import RunPlacement
-from runs.models import ACTIVE_STATUSES, Attempt, MotorRun, RunEvent, Signal, Step
+from runs.models import ACTIVE_STATUSES, Attempt, MotorRun, RunEvent, RunStatus, Signal, Step
 
 
 def run_get(*, run_id: str) -> MotorRun | None:
@@ -124,7 +124,7 @@ def run_status(*, run_id: str) -> dict[str, Any] | None:
         "usage": run_usage(run),
         "pending_question": attempt.pending_question or None,
         "missing_credentials": list(run.missing_credentials),
-        "paused": run_paused(run_id=run.id),
+        "paused": run_paused(run_id=run.id) if run.status == RunStatus.RUNNING else None,
         "steps": [
             {
                 "attempt": step.attempt.index,
