@@ -1,6 +1,7 @@
 """Worker hosts as real worker processes on this machine (own data dirs, host ids and queues),
 snapshots in a real S3-compatible server: a run whose host is SIGKILLed mid-run and never
-restarted moves to the other host within a heartbeat of the grace (no reaper), completes there
+restarted moves to another host within a heartbeat of the grace (no reaper; re-sent once while
+two hosts sweep), completes there
 with its workspace intact and the right baseline for its extraction, and the first host, back
 later, does not touch it; a run whose snapshot storage goes down pauses with the reason and
 resumes by itself once the storage is back, nothing executed twice."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -51,9 +53,9 @@ def test_a_run_moves_to_the_surviving_host_and_the_returning_host_leaves_it_alon
     settings,
     tmp_path: Path,
 ) -> None:
-    root_a, root_b = tmp_path / "host-a", tmp_path / "host-b"
-    root_a.mkdir()
-    root_b.mkdir()
+    root_a, root_b, root_c = tmp_path / "host-a", tmp_path / "host-b", tmp_path / "host-c"
+    for root in (root_a, root_b, root_c):
+        root.mkdir()
     settings.MOTOR_WORKSPACES_DIR = root_a
     settings.MOTOR_HOST_GRACE_SECONDS = 2
     settings.MOTOR_RUN_QUEUE = ""
@@ -111,24 +113,41 @@ def test_a_run_moves_to_the_surviving_host_and_the_returning_host_leaves_it_alon
     )["run_id"]
     _wait_for(lambda: len(llm_stub_server.requests) >= 4, "host A asking for the fourth step")
     assert RunPlacement.objects.get(pk=run_id).host_id == "host-a"
+    # and hosts B and C up meanwhile (a worker's start wakes the runs of dead processes: done
+    # now, while A lives, so that what moves the run below is the hosts' heartbeats alone)
+    host("host-b", root_b)
+    host("host-c", root_c)
+
+    def start_reaps_done() -> bool:
+        # (A consumes the shared queue too, and may be the one that reaps)
+        logs = "".join((tmp_path / f"worker{index}.log").read_text() for index in (0, 1, 2))
+        return len(re.findall(r"Task runs\.run_reap\[[^]]+\] succeeded", logs)) >= 2
+
+    _wait_for(start_reaps_done, "hosts B and C started (each start's reap done)")
+    assert MotorRun.objects.get(pk=run_id).lease_owner.split(":")[1] == str(first.pid)
     # when host A is SIGKILLed mid-run (its workspace dir removed with it) and never restarted
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     held.set()
     before_move = MotorRun.objects.get(pk=run_id).lease_token
     (workspace / "docs" / "one.txt").unlink()
-    # and host B is up: no reaper runs here, B's heartbeat finds A silent past the grace and
-    # sends the run's next slice (fencing A's lease)
-    host("host-b", root_b)
-    # then the run completes on B, with every file of its workspace
+    # then, with no reaper running, the heartbeats of B and C find A silent past the grace and
+    # one of them sends the run's next slice (fencing A's lease)
+    # then the run completes on B or C, with every file of its workspace
     _wait_for(
         lambda: MotorRun.objects.get(pk=run_id).status in (RunStatus.COMPLETED, RunStatus.FAILED),
-        "the run to end on host B",
+        "the run to end on host B or C",
     )
+    placement = RunPlacement.objects.get(pk=run_id)
+    assert placement.host_id in ("host-b", "host-c")
+    moved = tmp_path / placement.host_id / "ws_1"
     run = MotorRun.objects.get(pk=run_id)
-    assert (run.status, run.workspace) == (RunStatus.COMPLETED, str(root_b / "ws_1"))
+    assert (run.status, run.workspace) == (RunStatus.COMPLETED, str(moved))
     assert run.lease_token > before_move
-    moved = root_b / "ws_1"
+    # re-sent once, by one of the two hosts
+    sent = f"run {run_id}: its host host-a is silent past the grace"
+    logs = [(tmp_path / f"worker{index}.log").read_text() for index in (1, 2)]
+    assert sum(log.count(sent) for log in logs) == 1
     assert (moved / "docs" / "one.txt").read_text() == "one"
     assert (moved / "count.txt").read_text() == "ran\n"  # the program ran once
     assert (moved / "two.txt").read_text() == "two"
@@ -136,8 +155,6 @@ def test_a_run_moves_to_the_surviving_host_and_the_returning_host_leaves_it_alon
     # the prepared files came back as they were, their time too
     assert (moved / "SKILL.md").read_bytes() == SKILL
     assert (moved / "SKILL.md").stat().st_mtime == pytest.approx(HOUR_AGO, abs=1e-3)
-    placement = RunPlacement.objects.get(pk=run_id)
-    assert placement.host_id == "host-b"
     assert placement.manifest == workspace_manifest(moved)
     steps = Step.objects.filter(attempt__run_id=run_id).order_by("id")
     assert [(s.tool_call_id, s.state) for s in steps] == [
@@ -147,7 +164,7 @@ def test_a_run_moves_to_the_surviving_host_and_the_returning_host_leaves_it_alon
         ("w2", "done"),
         ("r", "done"),
     ]
-    # and extraction on B saw the run's own writes against the workspace's baseline: the skill's
+    # and extraction there saw the run's own writes against the workspace's baseline: the skill's
     # changed script only (not the untouched SKILL.md), and as artifacts exactly the files the
     # run wrote (not the ones the workspace held before it)
     version = SkillVersion.objects.get(skill__name="mail")
@@ -167,14 +184,14 @@ def test_a_run_moves_to_the_surviving_host_and_the_returning_host_leaves_it_alon
     row_before = MotorRun.objects.filter(pk=run_id).values().get()
     back = host("host-a", root_a)
     current_app.send_task("runs.run_step", args=[run_id, before_move], queue="motor.host.host-a")
-    log = Path(tmp_path / "worker2.log")  # the third worker started
+    log = Path(tmp_path / "worker3.log")  # the fourth worker started
     _wait_for(
         lambda: "not_runnable" in log.read_text() or "lease_busy" in log.read_text(),
         "host A to drop the stale wake-up",
     )
-    # then it changed nothing: the run, its placement and B's workspace are as they were
+    # then it changed nothing: the run, its placement and its workspace are as they were
     assert MotorRun.objects.filter(pk=run_id).values().get() == row_before
-    assert RunPlacement.objects.get(pk=run_id).host_id == "host-b"
+    assert RunPlacement.objects.get(pk=run_id).host_id == placement.host_id
     assert workspace_manifest(moved) == placement.manifest
     assert back.poll() is None
 
