@@ -57,35 +57,28 @@ def worker_host_queue(sender: Any = None, instance: Any = None, **_: Any) -> Non
 
 @worker_ready.connect(dispatch_uid="config.celery.worker_host")
 def worker_host(sender: Any = None, **_: Any) -> None:
-    """Once the worker is set up (its database pool too), it announces its host and keeps the
-    heartbeat; a host id another live worker announces ends this one, saying why."""
-    import threading
-
-    from django.db import connections
-
-    from runs.hosts import HostIdInUse, host_heartbeat_start, host_register, multi_host
+    """Once the worker is set up, it announces its host and keeps the heartbeat (runs.host_watch),
+    both on a database connection of their own, never one of the pool the slices share; a host
+    id another live worker announces ends this one, saying why."""
+    from runs.host_watch import host_watch_start
+    from runs.hosts import (
+        HostIdInUse,
+        host_connection_close,
+        host_connection_open,
+        host_register,
+        multi_host,
+    )
 
     if not multi_host():
         return
-    refused: list[str] = []
-
-    def register() -> None:
-        # in a thread of its own, whose connection is closed with it: the main thread keeps
-        # none out of the pool the slices share
-        try:
-            host_register()
-        except HostIdInUse as exc:
-            refused.append(str(exc))
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=register, name="motor-host-register")
-    thread.start()
-    thread.join()
-    if refused:
-        print(f"motor: worker refused: {refused[0]}", file=sys.stderr, flush=True)
+    try:
+        host_register(using=host_connection_open())
+    except HostIdInUse as exc:
+        print(f"motor: worker refused: {exc}", file=sys.stderr, flush=True)
         os._exit(1)
-    host_heartbeat_start()
+    finally:
+        host_connection_close()
+    host_watch_start()
 
 
 @setup_logging.connect(dispatch_uid="config.celery.keep_django_logging")

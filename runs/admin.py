@@ -35,6 +35,7 @@ from runs import (
 from runs.accounting import run_usage
 from runs.admin_skills import skills_written
 from runs.errors import RunError
+from runs.host_models import RunPlacement
 from runs.models import (
     TERMINAL_STATUSES,
     ApprovalRequest,
@@ -47,6 +48,7 @@ from runs.models import (
     Step,
     StepState,
 )
+from runs.selectors import run_paused
 from skills.admin_json import PrettyJSONMixin
 
 #: the permission that lets a staff user act on runs (answer, approve, reject, cancel, retry)
@@ -147,9 +149,11 @@ def console_state(run: MotorRun) -> dict[str, Any]:
     stats = result.get("stats") if isinstance(result.get("stats"), dict) else None
     failure = result.get("failure") if isinstance(result.get("failure"), dict) else None
     terminal = run.status in TERMINAL_STATUSES
+    paused = None if terminal else run_paused(run_id=run.id)
     fingerprint = "|".join(
         [
             run.status,
+            paused["since"] if paused else "",
             str(run.current_attempt_index),
             str(current.iteration if current else 0),
             ",".join(f"{s.pk}:{s.state}" for s in steps),
@@ -162,6 +166,7 @@ def console_state(run: MotorRun) -> dict[str, Any]:
         "parent_key": quote(run.parent_run_id) if run.parent_run_id else "",
         "status": run.status,
         "status_label": RunStatus(run.status).label,
+        "paused": paused,
         "terminal": terminal,
         "attempts": attempts,
         "attempt_rows": attempt_rows,
@@ -269,11 +274,24 @@ class MotorRunAdmin(ReadOnlyAdmin):
             .annotate(
                 current_iteration=Subquery(current.values("iteration")[:1]),
                 current_max_iterations=Subquery(current.values("max_iterations")[:1]),
+                paused_reason=Subquery(
+                    RunPlacement.objects.filter(run=OuterRef("pk"), paused_at__isnull=False).values(
+                        "paused_reason"
+                    )[:1]
+                ),
             )
         )
 
     @admin.display(description="status", ordering="status")
     def status_column(self, run: MotorRun) -> str:
+        reason = getattr(run, "paused_reason", None)
+        if reason and run.status not in TERMINAL_STATUSES:
+            # running, but waiting for its infrastructure (runs.placement): said, with the reason
+            return format_html(
+                '{} <span class="mc-badge mc-badge--paused" title="{}">Paused</span>',
+                status_badge(run.status),
+                reason,
+            )
         return status_badge(run.status)
 
     @admin.display(description="task")

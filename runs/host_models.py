@@ -33,7 +33,11 @@ class RunPlacement(models.Model):
         "runs.MotorRun", primary_key=True, on_delete=models.CASCADE, related_name="placement"
     )
     host_id = models.CharField(
-        max_length=200, blank=True, default="", help_text="The host holding the workspace now."
+        max_length=200,
+        blank=True,
+        default="",
+        db_index=True,
+        help_text="The host holding the workspace now; empty once its host is gone.",
     )
     workspace_name = models.CharField(
         max_length=500, help_text="The workspace's path inside MOTOR_WORKSPACES_DIR, on any host."
@@ -42,6 +46,17 @@ class RunPlacement(models.Model):
         default=dict, help_text="Last snapshot: {path: [sha256, size, mode]}; empty before one."
     )
     snapshot_seq = models.PositiveIntegerField(default=0, help_text="Snapshots taken so far.")
+    paused_reason = models.TextField(
+        blank=True,
+        default="",
+        help_text="Why the run waits (its snapshot storage is unreachable); empty while it runs.",
+    )
+    paused_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        db_index=True,
+        help_text="When the run started waiting for its storage.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:

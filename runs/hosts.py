@@ -11,21 +11,24 @@ restarted worker consumes the host queue its runs' slices wait in.
 A run's slices go to the queue of the host holding its workspace (`RunPlacement.host_id`)
 while that host's heartbeat is fresh, and to the shared run queue once it is missing past the
 grace, where any host takes them and restores the workspace from its snapshot
-(runs.snapshots).
+(runs.snapshots); the heartbeat of any live host sends them there at once (runs.host_watch).
+Registration and heartbeat use a database connection of their own (`host_connection_open`),
+never one of the pool a threads worker's slices share.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import socket
-import threading
 import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models.functions import Now
+from django.db.utils import load_backend
 
 from runs.host_models import RunPlacement, WorkerHost
 from runs.lease import owner_is_dead
@@ -34,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 #: this process's registration, set by host_register
 _instance: str = ""
+
+#: the alias of the connection a host's registration and heartbeat use (runs.host_watch)
+HOST_DB_ALIAS = "motor_host"
 
 
 class HostIdInUse(RuntimeError):
@@ -61,21 +67,48 @@ def shared_queue() -> str:
     return str(getattr(settings, "MOTOR_RUN_QUEUE", "") or "celery")
 
 
-def _grace() -> timedelta:
+def host_grace() -> timedelta:
+    """How long a host may stay silent before it counts as gone (MOTOR_HOST_GRACE_SECONDS)."""
     return timedelta(seconds=float(getattr(settings, "MOTOR_HOST_GRACE_SECONDS", 60)))
 
 
-def host_register() -> str:
+def host_connection_open() -> str:
+    """Give the calling thread a database connection of its own under HOST_DB_ALIAS (the
+    default database's settings without the pool; on PostgreSQL named "<application>-host"),
+    so a host's registration and heartbeat never wait for, or hold, a pooled connection the
+    slices need. Returns the alias; `host_connection_close` ends it."""
+    params = copy.deepcopy(connections[DEFAULT_DB_ALIAS].settings_dict)
+    options = params.setdefault("OPTIONS", {})
+    options.pop("pool", None)
+    params["CONN_MAX_AGE"] = None  # kept for the thread's life, reopened after a failure
+    params["CONN_HEALTH_CHECKS"] = True
+    if "postgresql" in params["ENGINE"]:
+        base = options.get("application_name") or os.environ.get("PGAPPNAME") or "motor"
+        options["application_name"] = f"{base}-host"
+    backend = load_backend(params["ENGINE"])
+    connections[HOST_DB_ALIAS] = backend.DatabaseWrapper(params, HOST_DB_ALIAS)
+    return HOST_DB_ALIAS
+
+
+def host_connection_close() -> None:
+    """Close the calling thread's own connection (a no-op without one)."""
+    wrapper = getattr(connections._connections, HOST_DB_ALIAS, None)
+    if wrapper is not None:
+        wrapper.close()
+
+
+def host_register(*, using: str = DEFAULT_DB_ALIAS) -> str:
     """Announce this host (a new instance id); HostIdInUse when another process renewed the
     same host id within the grace. Returns the instance id."""
     global _instance
     me = host_id()
     instance = uuid.uuid4().hex
-    with transaction.atomic():
-        row = WorkerHost.objects.select_for_update().filter(pk=me).first()
+    hosts = WorkerHost.objects.using(using)
+    with transaction.atomic(using=using):
+        row = hosts.select_for_update().filter(pk=me).first()
         if row is not None:
-            live = WorkerHost.objects.filter(
-                pk=me, heartbeat_at__gte=Now() - _grace()
+            live = hosts.filter(
+                pk=me, heartbeat_at__gte=Now() - host_grace()
             ).exists() and not owner_is_dead(f"{row.machine}:{row.pid}")
             if live:
                 raise HostIdInUse(
@@ -83,7 +116,7 @@ def host_register() -> str:
                     f"instance {row.instance}); each worker host needs its own MOTOR_HOST_ID "
                     f"(a heartbeat older than MOTOR_HOST_GRACE_SECONDS frees the id)"
                 )
-            WorkerHost.objects.filter(pk=me).update(
+            hosts.filter(pk=me).update(
                 instance=instance,
                 machine=socket.gethostname(),
                 pid=os.getpid(),
@@ -91,7 +124,7 @@ def host_register() -> str:
                 heartbeat_at=Now(),
             )
         else:
-            WorkerHost.objects.create(
+            hosts.create(
                 host_id=me,
                 instance=instance,
                 machine=socket.gethostname(),
@@ -103,49 +136,35 @@ def host_register() -> str:
     return instance
 
 
-def host_heartbeat() -> bool:
+def host_heartbeat(*, using: str = DEFAULT_DB_ALIAS) -> bool:
     """Renew this host's heartbeat; False when another instance took the host id over."""
     return bool(
-        WorkerHost.objects.filter(pk=host_id(), instance=_instance).update(heartbeat_at=Now())
+        WorkerHost.objects.using(using)
+        .filter(pk=host_id(), instance=_instance)
+        .update(heartbeat_at=Now())
     )
 
 
-def host_heartbeat_start() -> threading.Thread:
-    """A daemon thread renewing the heartbeat every MOTOR_HOST_HEARTBEAT_SECONDS."""
-    interval = float(getattr(settings, "MOTOR_HOST_HEARTBEAT_SECONDS", 10))
-    stop = threading.Event()
-
-    def beat() -> None:
-        from django.db import connections
-
-        while not stop.wait(interval):
-            try:
-                if not host_heartbeat():
-                    logger.error("host %s: another process took this host id over", host_id())
-            except Exception:  # noqa: BLE001 - a database outage must not end the heartbeat
-                logger.warning("host %s: heartbeat failed", host_id(), exc_info=True)
-            finally:
-                # back to the pool: a worker's pool may hold a single connection for its slices
-                connections.close_all()
-
-    thread = threading.Thread(target=beat, name="motor-host-heartbeat", daemon=True)
-    thread.start()
-    return thread
-
-
-def host_alive(host: str) -> bool:
+def host_alive(host: str, *, using: str = DEFAULT_DB_ALIAS) -> bool:
     """Whether `host` renewed its heartbeat within MOTOR_HOST_GRACE_SECONDS (database time)."""
     return (
         bool(host)
-        and WorkerHost.objects.filter(pk=host, heartbeat_at__gte=Now() - _grace()).exists()
+        and WorkerHost.objects.using(using)
+        .filter(pk=host, heartbeat_at__gte=Now() - host_grace())
+        .exists()
     )
 
 
-def run_queue(run_id: str) -> str:
+def run_queue(run_id: str, *, using: str = DEFAULT_DB_ALIAS) -> str:
     """The queue for the run's next slice: its workspace host's while it lives, else shared."""
     if not multi_host():
         return shared_queue()
-    holder = RunPlacement.objects.filter(pk=run_id).values_list("host_id", flat=True).first()
-    if holder and host_alive(holder):
+    holder = (
+        RunPlacement.objects.using(using)
+        .filter(pk=run_id)
+        .values_list("host_id", flat=True)
+        .first()
+    )
+    if holder and host_alive(holder, using=using):
         return host_queue(holder)
     return shared_queue()

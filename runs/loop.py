@@ -70,7 +70,7 @@ from runs.models import (
 )
 from runs.mutex import mutex_hold
 from runs.pipeline import call_perform, executors_prewarm, intent_ahead
-from runs.placement import workspace_arrive, workspace_snapshot
+from runs.placement import workspace_arrive, workspace_pause, workspace_snapshot
 from runs.policy_gate import standing_of
 from runs.records import SliceOutcome
 from runs.sessions import open_run_sessions, run_session_close
@@ -271,14 +271,14 @@ def _run_slice(
         logger.info("run %s: lease lost by %s; stopping this slice", run_id, owner)
         return SliceOutcome.LEASE_LOST
     except StorageUnavailable as exc:
-        # The call's result was not recorded: the next slice takes the step again.
+        # The call's result was not recorded: the run pauses, and once a host finds the store
+        # reachable again it is woken and its next slice takes the step again (runs.placement).
         logger.warning("run %s: workspace snapshot storage unavailable (%s)", run_id, exc)
         try:
-            with transaction.atomic():
-                slice_end(lease)
+            workspace_pause(lease, run, exc)
         except LeaseLost:
             return SliceOutcome.LEASE_LOST
-        return SliceOutcome.CONTINUED
+        return SliceOutcome.PAUSED
     except SnapshotTooLarge as exc:
         try:
             return run_fail_fenced(

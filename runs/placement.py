@@ -8,6 +8,9 @@ so a host that comes back after its runs moved finds its token stale and writes 
 `workspace_snapshot` runs after a tool call and before its result is recorded: a result is
 never recorded for files that object storage does not hold, so a host lost right after the
 record loses nothing, and a call whose snapshot failed is not recorded and stays to be retried.
+A store that keeps refusing pauses the run (`workspace_pause`): its placement says why and since
+when, the run API and the admin show it, and a host's heartbeat wakes it once the store answers
+(runs.host_watch).
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models.functions import Now
 
+from runs.errors import LeaseLost
 from runs.host_models import RunPlacement
 from runs.hosts import host_id, multi_host
-from runs.lease import Lease, lease_fence
+from runs.lease import Lease, lease_fence, lease_release
 from runs.models import MotorRun
 from runs.sessions import run_session_close
 from runs.snapshots import StorageUnavailable, snapshot_restore, snapshot_take
@@ -76,10 +81,14 @@ def workspace_arrive(lease: Lease, run: MotorRun) -> None:
     run.workspace = str(local)
 
 
+def _pause_reason(exc: StorageUnavailable) -> str:
+    return f"snapshot storage unreachable: {exc}"
+
+
 def workspace_snapshot(lease: Lease, run: MotorRun) -> None:
     """Snapshot the run's workspace when it changed. Waits out a store that refuses for up to
-    MOTOR_SNAPSHOT_RETRY_SECONDS (keeping the lease), then raises StorageUnavailable;
-    SnapshotTooLarge past the quota."""
+    MOTOR_SNAPSHOT_RETRY_SECONDS (keeping the lease; the run shows as paused with the reason
+    meanwhile), then raises StorageUnavailable; SnapshotTooLarge past the quota."""
     placement = _placement(run)
     if placement is None:
         return
@@ -96,6 +105,14 @@ def workspace_snapshot(lease: Lease, run: MotorRun) -> None:
             )
             break
         except StorageUnavailable as exc:
+            if not placement.paused_reason:
+                # shown at once, while this slice still retries
+                with transaction.atomic():
+                    lease_fence(lease)
+                    RunPlacement.objects.filter(pk=run.id).update(
+                        paused_reason=_pause_reason(exc), paused_at=Now()
+                    )
+                placement.paused_reason = _pause_reason(exc)
             if time.monotonic() + pause > deadline:
                 raise
             logger.warning(
@@ -105,10 +122,34 @@ def workspace_snapshot(lease: Lease, run: MotorRun) -> None:
             with transaction.atomic():
                 lease_fence(lease)
             pause = min(pause * 2, 5.0)
-    if manifest is None:
+    resumed = {"paused_reason": "", "paused_at": None} if placement.paused_reason else {}
+    if manifest is None and not resumed:
         return
     with transaction.atomic():
         lease_fence(lease)
-        RunPlacement.objects.filter(pk=run.id).update(
-            manifest=manifest, snapshot_seq=placement.snapshot_seq + 1, host_id=host_id()
+        if manifest is None:
+            RunPlacement.objects.filter(pk=run.id).update(**resumed)
+        else:
+            RunPlacement.objects.filter(pk=run.id).update(
+                manifest=manifest,
+                snapshot_seq=placement.snapshot_seq + 1,
+                host_id=host_id(),
+                **resumed,
+            )
+    placement.paused_reason = ""
+
+
+def workspace_pause(lease: Lease, run: MotorRun, exc: StorageUnavailable) -> None:
+    """End the slice of a run whose snapshot the store keeps refusing: the lease is released
+    and no next slice is queued; the run stays paused with the reason until a host finds the
+    store reachable again and wakes it (runs.host_watch). LeaseLost when the run moved on."""
+    with transaction.atomic():
+        if not lease_release(lease, slice_done=True):
+            raise LeaseLost(
+                f"run {lease.run_id}: fencing token {lease.token} is stale; the slice ends",
+                run_id=lease.run_id,
+                token=lease.token,
+            )
+        RunPlacement.objects.filter(pk=run.id, paused_at__isnull=True).update(
+            paused_reason=_pause_reason(exc), paused_at=Now()
         )

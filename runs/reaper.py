@@ -36,7 +36,7 @@ def run_reap(*, actor: str = "reaper") -> ReapReport:
 
     A run in created/running with no holder for MOTOR_REAPER_GRACE_SECONDS, with an expired
     lease, or with a lease held by a dead process of this host, gets a new message for its
-    current token (a duplicate of a merely queued message is
+    current token (unless it is paused for its snapshot storage: runs.host_watch wakes those) (a duplicate of a merely queued message is
     dropped by the token check). A run awaiting input longer than
     MOTOR_AWAITING_INPUT_TIMEOUT_SECONDS fails with "User response timeout"; a pending approval
     past its expiry is expired and its run fails with "Approval timeout".
@@ -46,6 +46,10 @@ def run_reap(*, actor: str = "reaper") -> ReapReport:
     runnable = MotorRun.objects.filter(status__in=[RunStatus.CREATED, RunStatus.RUNNING])
     stalled = runnable.filter(
         Q(lease_expires_at__isnull=True, idle_since__lt=now - grace) | Q(lease_expires_at__lt=now)
+    ).exclude(
+        # paused for its snapshot storage: the hosts' heartbeats wake it once the store answers
+        # (runs.host_watch), so it does not spend a slice retrying every grace period
+        placement__paused_at__isnull=False
     )
     woken: list[str] = []
     for run_id, token in stalled.values_list("id", "lease_token"):

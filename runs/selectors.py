@@ -8,7 +8,8 @@ from typing import Any
 from django.db.models import OuterRef, QuerySet, Subquery, Sum
 
 from runs.accounting import run_usage
-from runs.models import ACTIVE_STATUSES, Attempt, MotorRun, RunEvent, Signal, Step
+from runs.host_models import RunPlacement
+from runs.models import ACTIVE_STATUSES, Attempt, MotorRun, RunEvent, RunStatus, Signal, Step
 
 
 def run_get(*, run_id: str) -> MotorRun | None:
@@ -123,6 +124,7 @@ def run_status(*, run_id: str) -> dict[str, Any] | None:
         "usage": run_usage(run),
         "pending_question": attempt.pending_question or None,
         "missing_credentials": list(run.missing_credentials),
+        "paused": run_paused(run_id=run.id) if run.status == RunStatus.RUNNING else None,
         "steps": [
             {
                 "attempt": step.attempt.index,
@@ -144,6 +146,19 @@ def run_status(*, run_id: str) -> dict[str, Any] | None:
         "started_at": run.started_at,
         "completed_at": run.completed_at,
     }
+
+
+def run_paused(*, run_id: str) -> dict[str, str] | None:
+    """Why a running run waits for its infrastructure ({reason, since}: its workspace snapshot
+    storage was unreachable, runs.placement), or None while nothing holds it back."""
+    row = (
+        RunPlacement.objects.filter(pk=run_id, paused_at__isnull=False)
+        .values_list("paused_reason", "paused_at")
+        .first()
+    )
+    if row is None:
+        return None
+    return {"reason": row[0], "since": row[1].isoformat()}
 
 
 def run_log(*, run_id: str) -> str | None:

@@ -1,10 +1,18 @@
 """Workspace snapshots in object storage, so a run's files survive the host that wrote them.
 
-A snapshot is a manifest `{path: [sha256, size, mode]}` of every regular file of the workspace
-(relative, "/"-separated paths; links and special files are not kept) plus each file's content
-stored once under its sha256 (`blobs/<sha256>`): an unchanged file is never uploaded twice, by
-this run or any other. Each snapshot's manifest is also written as
-`manifests/<run id>/<seq>.json`; the run's latest one is kept in its `RunPlacement` row.
+A snapshot is a manifest `{path: [sha256, size, mode, mtime_ns]}` of every regular file of the
+workspace (relative, "/"-separated paths; links and special files are not kept) plus each file's
+content stored once under its sha256 (`blobs/<sha256>`): an unchanged file is never uploaded
+twice, by this run or any other. Each snapshot's manifest is also written as
+`manifests/<run id>/<seq>.json`; the run's latest one is kept in its `RunPlacement` row. A
+restore gives each file its modification time back: what the run wrote is told from what the
+workspace held before by that time (runs.artifacts), on any host.
+
+A snapshot is taken after every tool call, so hashing must not read every file each time: a
+file's sha256 is remembered (per process, for the last CACHE_WORKSPACES workspaces) with its size, mtime, ctime, device and inode, and reused while all five are
+unchanged. The ctime cannot be set by a program in the sandbox, and a file whose ctime is less
+than RACY_NS old when it is hashed is not remembered: filesystem timestamps advance in coarse
+ticks, so a second write in the same tick could leave all five unchanged.
 
 Storage: MOTOR_SNAPSHOT_STORAGE_URL. Empty: a local directory (MOTOR_SNAPSHOT_DIR), enough for
 one host. `s3://bucket/prefix`: any S3-compatible store through boto3, at
@@ -20,13 +28,21 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
+import time
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
 from django.conf import settings
 
-Manifest = dict[str, list[Any]]  # path -> [sha256, size, mode]
+Manifest = dict[str, list[Any]]  # path -> [sha256, size, mode, mtime_ns]
+
+#: a file changed less than this long (ns) before it is hashed is hashed again next time
+RACY_NS = 1_000_000_000
+#: workspaces whose file digests a process remembers (a few hundred bytes per file)
+CACHE_WORKSPACES = 256
 
 
 class StorageUnavailable(RuntimeError):
@@ -38,6 +54,7 @@ class SnapshotTooLarge(ValueError):
 
 
 class Store(Protocol):
+    def probe(self) -> None: ...
     def has(self, key: str) -> bool: ...
     def put(self, key: str, source: Path) -> None: ...
     def put_bytes(self, key: str, data: bytes) -> None: ...
@@ -52,6 +69,10 @@ class LocalStore:
 
     def _path(self, key: str) -> Path:
         return self.root / key
+
+    def probe(self) -> None:
+        """StorageUnavailable unless objects can be written here now."""
+        self.put_bytes("probe", b"")
 
     def has(self, key: str) -> bool:
         return self._path(key).is_file()
@@ -118,6 +139,15 @@ class S3Store:
                 f"snapshot store s3://{self.bucket}: {action} {key}: {exc}"
             ) from exc
 
+    def probe(self) -> None:
+        """StorageUnavailable unless the bucket answers now."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except (BotoCoreError, ClientError) as exc:
+            raise StorageUnavailable(f"snapshot store s3://{self.bucket}: {exc}") from exc
+
     def has(self, key: str) -> bool:
         return self._call("has", key, self.client.head_object) is not None
 
@@ -152,18 +182,63 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+class _DigestCache:
+    """sha256 of workspace files by (size, mtime, ctime, device, inode), for the last
+    `limit` workspaces (least recently snapshotted dropped first); shared by a worker's threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workspaces: OrderedDict[str, dict[str, tuple[tuple[int, ...], str]]] = OrderedDict()
+
+    def take(self, workspace: str) -> dict[str, tuple[tuple[int, ...], str]]:
+        with self._lock:
+            return self._workspaces.pop(workspace, {})
+
+    def keep(self, workspace: str, known: dict[str, tuple[tuple[int, ...], str]]) -> None:
+        with self._lock:
+            self._workspaces[workspace] = known
+            while len(self._workspaces) > CACHE_WORKSPACES:
+                self._workspaces.popitem(last=False)
+
+
+_digests = _DigestCache()
+
+
 def workspace_manifest(workspace: Path) -> Manifest:
-    """Every regular file under `workspace` (never through a link): path -> [sha256, size, mode]."""
+    """Every regular file under `workspace` (never through a link):
+    path -> [sha256, size, mode, mtime_ns]; a file unchanged since this process last hashed it
+    is not read again (see the module docstring)."""
     found: Manifest = {}
+    key = str(workspace)
+    cached = _digests.take(key)
+    known: dict[str, tuple[tuple[int, ...], str]] = {}
+    now = time.time_ns()
     for directory, dirs, files in os.walk(workspace, followlinks=False):
         dirs.sort()
         for name in sorted(files):
-            full = Path(directory) / name
+            full = os.path.join(directory, name)
             info = os.lstat(full)
             if not stat.S_ISREG(info.st_mode):
                 continue
-            relative = full.relative_to(workspace).as_posix()
-            found[relative] = [_sha256(full), info.st_size, stat.S_IMODE(info.st_mode)]
+            relative = os.path.relpath(full, workspace).replace(os.sep, "/")
+            signature = (
+                info.st_size,
+                info.st_mtime_ns,
+                info.st_ctime_ns,
+                info.st_dev,
+                info.st_ino,
+            )
+            hit = cached.get(relative)
+            digest = hit[1] if hit is not None and hit[0] == signature else _sha256(Path(full))
+            if now - info.st_ctime_ns >= RACY_NS:
+                known[relative] = (signature, digest)
+            found[relative] = [
+                digest,
+                info.st_size,
+                stat.S_IMODE(info.st_mode),
+                info.st_mtime_ns,
+            ]
+    _digests.keep(key, known)
     return found
 
 
@@ -185,7 +260,8 @@ def snapshot_take(
         )
     store = store or snapshot_store()
     known = {entry[0] for entry in previous.values()}
-    for relative, (digest, _size, _mode) in manifest.items():
+    for relative, entry in manifest.items():
+        digest = entry[0]
         if digest in known:
             continue
         key = f"blobs/{digest}"
@@ -204,13 +280,16 @@ def snapshot_restore(manifest: Manifest, workspace: Path, *, store: Store | None
     workspace.parent.mkdir(parents=True, exist_ok=True)
     fresh = Path(tempfile.mkdtemp(prefix=".restore-", dir=workspace.parent))
     try:
-        for relative, (digest, _size, mode) in manifest.items():
+        for relative, entry in manifest.items():
+            digest, mode = entry[0], entry[2]
             target = fresh / relative
             if ".." in Path(relative).parts or Path(relative).is_absolute():
                 raise StorageUnavailable(f"snapshot manifest: {relative!r} is not a workspace path")
             target.parent.mkdir(parents=True, exist_ok=True)
             store.get(f"blobs/{digest}", target)
             os.chmod(target, int(mode))
+            if len(entry) > 3:  # the file's own time: it tells the run's writes from the rest
+                os.utime(target, ns=(int(entry[3]), int(entry[3])))
         if workspace.exists():
             shutil.rmtree(workspace)
         os.replace(fresh, workspace)

@@ -174,6 +174,13 @@ class RunDetailSerializer(serializers.Serializer):
         help_text="Credential names the run waits for (set them through /api/v1/credentials/).",
     )
     pending_approval = serializers.DictField(allow_null=True)
+    paused = serializers.DictField(
+        child=serializers.CharField(),
+        allow_null=True,
+        help_text="While a running run waits for its infrastructure: {reason, since} (e.g. "
+        "'snapshot storage unreachable: ...' with several worker hosts); it resumes by itself "
+        "once that is back. Null otherwise.",
+    )
     steps = serializers.ListField(
         child=serializers.DictField(),
         help_text="Tool calls in order: attempt and call_index count from 0; attempt_number and "

@@ -3,7 +3,10 @@ by content, restored exactly, a workspace past the quota refused, an unreachable
 
 from __future__ import annotations
 
+import hashlib
+import os
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +16,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from runs.snapshots import (
+    RACY_NS,
     SnapshotTooLarge,
     StorageUnavailable,
     snapshot_restore,
@@ -142,3 +146,35 @@ def test_the_embedded_default_is_a_local_directory(settings, tmp_path: Path) -> 
     assert type(snapshot_store()).__name__ == "LocalStore"
     snapshot_restore(manifest, tmp_path / "back")
     assert (tmp_path / "back" / "a.txt").read_text() == "alpha"
+
+
+def test_a_file_changed_behind_an_unchanged_size_and_mtime_is_hashed_again(tmp_path: Path) -> None:
+    # given a workspace file hashed once it was older than the racy window (so remembered)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    target = workspace / "a.txt"
+    target.write_text("alpha")
+    time.sleep(RACY_NS / 1e9 + 0.1)
+    first = workspace_manifest(workspace)
+    assert first["a.txt"][0] == hashlib.sha256(b"alpha").hexdigest()
+    # when a program rewrites it with as many bytes and sets its mtime back
+    mtime = target.stat().st_mtime_ns
+    target.write_text("omega")
+    os.utime(target, ns=(mtime, mtime))
+    # then the next manifest has the new content's digest (the ctime moved), the same mtime
+    second = workspace_manifest(workspace)
+    assert second["a.txt"] == [hashlib.sha256(b"omega").hexdigest(), 5, first["a.txt"][2], mtime]
+
+
+def test_a_restore_gives_each_file_its_modification_time_back(tmp_path: Path, settings) -> None:
+    settings.MOTOR_SNAPSHOT_STORAGE_URL = ""
+    settings.MOTOR_SNAPSHOT_DIR = tmp_path / "store"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "old.txt").write_text("before the run")
+    os.utime(workspace / "old.txt", ns=(1_600_000_000_123_456_789, 1_600_000_000_123_456_789))
+    manifest = snapshot_take(workspace, run_id="r1", seq=1, previous={})
+    assert manifest is not None
+    snapshot_restore(manifest, tmp_path / "back")
+    assert (tmp_path / "back" / "old.txt").stat().st_mtime_ns == 1_600_000_000_123_456_789
+    assert workspace_manifest(tmp_path / "back") == manifest

@@ -450,13 +450,21 @@ def test_a_threads_worker_killed_mid_call_is_resumed_by_the_next_worker_without_
     assert MotorRun.objects.get(pk=run_id).result["summary"] == "Counted."
 
 
+@pytest.mark.parametrize("multi_host", ["false", "true"], ids=["one-host", "multi-host"])
 def test_a_threads_worker_keeps_many_runs_waiting_on_the_llm_with_one_database_connection(
-    make_agent, llm_stub_server, start_worker
+    make_agent, llm_stub_server, start_worker, multi_host: str
 ):
     # given a threads worker whose process may hold a single PostgreSQL connection
-    # (libpq names its connections after PGAPPNAME, so they can be told from this test's own)
+    # (libpq names its connections after PGAPPNAME, so they can be told from this test's own);
+    # with MOTOR_MULTI_HOST its host's registration and heartbeat use a connection of their own
+    # (named mc-test-worker-host), outside that pool
     start_worker(
-        pool="threads", concurrency=4, MOTOR_DB_POOL_MAX_SIZE="1", PGAPPNAME="mc-test-worker"
+        pool="threads",
+        concurrency=4,
+        MOTOR_DB_POOL_MAX_SIZE="1",
+        PGAPPNAME="mc-test-worker",
+        MOTOR_MULTI_HOST=multi_host,
+        MOTOR_HOST_HEARTBEAT_SECONDS="0.2",
     )
     # and four runs whose LLM replies are held back
     gates = [llm_stub_server.add_gated(reply_text(f"done {i}")) for i in range(4)]
@@ -484,6 +492,13 @@ def test_a_threads_worker_keeps_many_runs_waiting_on_the_llm_with_one_database_c
             states = [row[0] for row in cursor.fetchall()]
         # (none at all when the pool has let its connection go between two uses)
         assert states in ([], ["idle"])
+        # and with several hosts, the host's heartbeat keeps one connection of its own besides
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = 'mc-test-worker-host'"
+            )
+            assert cursor.fetchone()[0] == (1 if multi_host == "true" else 0)
     finally:
         for gate in gates:
             gate.set()
