@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0017_worker_hosts_placement'),
+        ('runs', '0018_browser_time_selectors'),
     ]
 
     operations = [
