@@ -75,12 +75,12 @@ def server_code(server: DeployedServer) -> dict[str, str]:
 
 
 def deployed_tool_schemas(agent_id: int) -> list[dict[str, Any]]:
-    """OpenAI function schemas of the deployed MCP tools `agent_id` may call (an approved
-    policy of the agent is bound to the deployed content)."""
+    """OpenAI function schemas of the deployed MCP tools `agent_id` may call (an approved,
+    enabled policy of the agent is bound to the deployed content)."""
     approved = {
         (skill_id, content_hash)
         for skill_id, content_hash in Policy.objects.filter(
-            agent_id=agent_id, status=PolicyStatus.APPROVED
+            agent_id=agent_id, status=PolicyStatus.APPROVED, disabled_at__isnull=True
         ).values_list("skill_id", "approved_content_hash")
     }
     tools = McpTool.objects.filter(server__status=ServerStatus.DEPLOYED).select_related("server")
