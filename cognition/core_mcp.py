@@ -55,7 +55,11 @@ def mcp_call(
     )
     if semantics is not None and semantics != Semantics.READ:
         try:
-            consent_check(principal=principal, action="mcp.call_write", trigger=trigger)
+            consent_check(
+                principal=principal,
+                action="mcp.call_write",
+                trigger=None if trigger is None else str(trigger),
+            )
         except CognitionError as exc:
             details = {**exc.details, "tool": name, "semantics": semantics}
             return {
