@@ -24,4 +24,11 @@ class ForgeConfig(AppConfig):
         from skills.signals import version_installed
 
         version_installed.connect(on_version_installed, dispatch_uid="forge-version-probe")
+        # a person's approval of a generated version, from any face, moves its flow on
+        from forge.approving import flow_advance_on_approval
+        from skills.signals import policy_approved
+
+        policy_approved.connect(
+            flow_advance_on_approval, weak=False, dispatch_uid="forge-flow-approval"
+        )
         pool.is_current = current_server_ids
