@@ -17,7 +17,7 @@ from forge.services import deploy_version
 from runs.models import MotorRun, RunStatus, Step
 from runs.services import run_start
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
-from tests.runs.faults import database_url, processes, wait_for  # noqa: F401 - fixture
+from tests.runs.faults import database_url, wait_for
 from tests.runs.helpers import new_workspace
 from tests.runs.test_worker_process import _descendants
 
