@@ -44,6 +44,8 @@ def server_dict(server: DeployedServer) -> dict[str, Any]:
         "tool_count": count if count is not None else server.tools.count(),
         "failure_rate": round(rate, 3) if rate is not None else None,
         "failure": server.failure,
+        "status_by": server.status_by,
+        "status_at": server.status_at.isoformat() if server.status_at else None,
         "allowed_domains": list(server.allowed_domains),
         "credentials": sorted(set(server.credentials.values())),
         "deployed_at": server.created_at.isoformat(),
