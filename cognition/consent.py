@@ -35,6 +35,8 @@ GATED_ACTIONS = frozenset(
         "skill.forge_answer",
         "skill.forge_deploy",
         "skill.forge_decline",
+        # A deployed MCP tool that is not declared read-only changes something outside.
+        "mcp.call_write",
         "task.respond",
         "task.approve",
         "task.reject",

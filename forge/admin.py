@@ -45,6 +45,8 @@ class DeployedServerAdmin(admin.ModelAdmin):
         "version",
         "agent",
         "status",
+        "status_by",
+        "status_at",
         "content_hash",
         "allowed_domains",
         "credentials",

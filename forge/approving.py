@@ -5,6 +5,12 @@ import, reviewed deterministically, and the tools discovered by `tools/list` are
 version for the review page (`skills.probes`). `forge.risk.approval_decision` says who must
 approve; an automatic approval is recorded with the rule that allowed it, in the skills audit
 trail and in the flow's.
+
+A person's approval goes through `skills.approval.skill_approve`, whichever face they use (the
+flow's REST endpoint or the brain through `flow_approve`, which checks the risk tier first; the
+skills admin's review page; the skills API): its `policy_approved` signal makes
+`flow_advance_on_approval` move the flow awaiting that content on, in the same transaction. One
+approval service, one way a flow leaves awaiting_approval.
 """
 
 from __future__ import annotations
@@ -177,15 +183,49 @@ def flow_approve(
                 "(confirm_domains) to approve it.",
                 details={"rule": "confirm_domains", "domains": domains},
             )
+        # the approval service every face uses; its policy_approved signal moves the flow on
+        # (flow_advance_on_approval), in this transaction
         skill_approve(policy=_policy(flow).pk, actor=actor, note=note or f"SkillForge {flow.id}")
-        flow.approval = {**(flow.approval or {}), "approved_by": actor.label}
-        _next_after_approval(
-            flow,
-            actor=actor.label,
-            reason=f"approved ({needs})",
-            confirmed_domains=domains if needs == Needs.CONFIRM_DOMAINS else [],
-        )
+        flow.refresh_from_db()
+        if flow.state == FlowState.AWAITING_APPROVAL:
+            raise FlowWrongState(
+                f"flow {flow_id}: the approval did not reach the version under review.",
+                details={"state": flow.state, "rule": "approval_not_bound"},
+            )
     return flow
+
+
+def flow_advance_on_approval(*, policy_id: int, actor: Actor, **_: Any) -> ForgeFlow | None:
+    """A policy was approved (skills.signals.policy_approved, inside the approval's
+    transaction): the flow awaiting approval of exactly the approved content — whichever face
+    approved it: the flow's API, the brain, the skills admin's review page, the skills API —
+    goes on to its credentials or its deployment. Returns the flow moved, if any."""
+    policy = Policy.objects.select_related("skill").get(pk=policy_id)
+    waiting = (
+        ForgeFlow.objects.select_for_update()
+        .filter(
+            agent_id=policy.agent_id,
+            skill_name=policy.skill.name,
+            state=FlowState.AWAITING_APPROVAL,
+            skill_version__content_hash=policy.approved_content_hash,
+        )
+        .order_by("created_at")
+        .first()
+    )
+    if waiting is None:
+        return None
+    needs = (waiting.approval or {}).get("needs")
+    waiting.approval = {**(waiting.approval or {}), "approved_by": actor.label}
+    _next_after_approval(
+        waiting,
+        actor=actor.label,
+        reason=f"approved ({needs})",
+        # a domain confirmation is what the approved policy allows
+        confirmed_domains=(
+            sorted(policy.allowed_domains) if needs == Needs.CONFIRM_DOMAINS else []
+        ),
+    )
+    return waiting
 
 
 def flow_reject(*, flow_id: str, actor: Actor, note: str = "") -> ForgeFlow:
@@ -206,4 +246,11 @@ def flow_reject(*, flow_id: str, actor: Actor, note: str = "") -> ForgeFlow:
     return flow
 
 
-__all__ = ["after_tests_passed", "approval_summary", "flow_approve", "flow_reject", "BundleRefused"]
+__all__ = [
+    "after_tests_passed",
+    "approval_summary",
+    "flow_advance_on_approval",
+    "flow_approve",
+    "flow_reject",
+    "BundleRefused",
+]

@@ -66,6 +66,10 @@ class DeployedServer(models.Model):
     #: when the owner was last told the skill fails too often (not again for the same streak)
     failing_signalled_at = models.DateTimeField(null=True, blank=True)
     deployed_by = models.CharField(max_length=200, blank=True, default="")
+    #: who last changed the status (a person's label, or "worker" for a crash limit) and when;
+    #: a call of a tool that is not deployed names them to the model
+    status_by = models.CharField(max_length=200, blank=True, default="")
+    status_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -3,23 +3,20 @@
 
 `tools_sync` makes this process's registry match the database's deployed tools (runs calls it
 through `runs.tools.tool_sources_refresh` whenever a tool name it does not know comes up; forge
-after every change it commits). The executor checks the database again at every call: a call
-never reaches a server whose row is not deployed, nor one whose content no approved policy of
-the run's agent is bound to, however stale a process's registry is.
+after every change it commits). The executor checks the database again at every call
+(forge.calling): a call never reaches a server whose row is not deployed, nor one whose content
+no approved policy of the run's agent is bound to, however stale a process's registry is. A
+name some server offered before (now disabled, failed, removed or replaced) still reaches the
+executor (`executor_of_known`), which tells the model why it cannot be called.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
-from typing import Any
 
-from django.conf import settings
-
-from forge.models import DeployedServer, McpTool, Semantics, ServerStatus
-from forge.runtime import ServerFailed, pool
-from runs.db import release_db_connection
+from forge.calling import mcp_tool_call, tool_known
+from forge.models import TOOL_SEPARATOR, McpTool, Semantics, ServerStatus
 from runs.pipeline import (
     CallContext,
     Executor,
@@ -28,9 +25,6 @@ from runs.pipeline import (
     tool_kind_unregister,
 )
 from runs.pipeline.executors import Outcome
-from runs.tools import envelope
-from sandbox.mcp import McpError, McpTimeout
-from skills.models import Policy, PolicyStatus
 
 logger = logging.getLogger(__name__)
 
@@ -83,134 +77,22 @@ def registered() -> list[str]:
 
 
 class McpToolExecutor(Executor):
-    """Calls a deployed tool in its server (started in this worker when needed)."""
+    """Calls a deployed tool in its server (started in this worker when needed); a tool whose
+    server is not deployed or not approved for the run's agent gets why (forge.calling)."""
 
     def execute(self, call: CallContext) -> Outcome:
-        started = time.monotonic()
-        try:
-            return self._execute(call, started)
-        finally:
-            # the pipeline runs world calls without a database connection
-            release_db_connection()
-
-    def _execute(self, call: CallContext, started: float) -> dict[str, Any]:
-        from forge import services
-
-        tool = (
-            McpTool.objects.select_related("server", "server__version", "server__skill")
-            .filter(qualified_name=call.name, server__status=ServerStatus.DEPLOYED)
-            .first()
-        )
-        if tool is None:
-            tools_sync()
-            return envelope(
-                ok=False,
-                output=f"tool {call.name!r} is no longer deployed (disabled, removed, failed or "
-                "replaced); list the tools again",
-                error_code="not_found",
-            )
-        server = tool.server
-        if not _approved_for(server, call.run.agent_id):
-            return envelope(
-                ok=False,
-                output=f"tool {call.name!r}: the skill's deployed version is not approved for "
-                "this agent",
-                error_code="denied",
-            )
-        timeout_s = float(
-            server.limits.get("call_timeout_s")
-            or getattr(settings, "FORGE_CALL_TIMEOUT_SECONDS", 60)
-        )
-        secrets: dict[str, str] = {}
-
-        def plan() -> Any:
-            built = services.server_plan(server)
-            secrets.update(
-                {server.credentials.get(env, env): v for env, v in built.credentials.items()}
-            )
-            return built
-
-        live = pool.get(server.pk)
-        if live is None or not live.alive:
-            if server.crash_count:
-                # restarted with backoff: 1 s, 2 s, 4 s... after consecutive crashes
-                time.sleep(min(2 ** (server.crash_count - 1), 8))
-            try:
-                live = pool.ensure(plan, server.pk)
-            except ServerFailed as exc:
-                failed = services.server_record_crash(
-                    server.pk, message=str(exc), stderr_tail=exc.stderr_tail, secrets=secrets
-                )
-                services.tool_record_call(tool.pk, ok=False, error=str(exc))
-                note = " It is now marked failed." if failed else ""
-                return envelope(
-                    ok=False,
-                    output=f"{exc}{note}",
-                    error_code="sandbox_error",
-                    retryable=not failed,
-                )
-            except Exception as exc:  # noqa: BLE001 - e.g. credentials that cannot be resolved
-                services.tool_record_call(tool.pk, ok=False, error=str(exc))
-                return envelope(
-                    ok=False, output=f"the server cannot start: {exc}", error_code="sandbox_error"
-                )
-        secrets.update(
-            {server.credentials.get(env, env): v for env, v in live.plan.credentials.items()}
-        )
-        release_db_connection()
-        try:
-            outcome = live.call(tool.name, call.arguments, timeout_s)
-        except McpTimeout as exc:
-            pool.stop(server.pk)  # a hung server is not reused
-            services.tool_record_call(tool.pk, ok=False, error=str(exc))
-            return envelope(ok=False, output=str(exc), error_code="timeout", retryable=True)
-        except McpError as exc:
-            message = str(exc)
-            if not live.process.alive:
-                pool.stop(server.pk)
-                failed = services.server_record_crash(
-                    server.pk,
-                    message=message,
-                    stderr_tail=live.process.stderr_tail(),
-                    secrets=secrets,
-                )
-                if failed:
-                    message += " The server crashed too often and is now marked failed."
-            services.tool_record_call(tool.pk, ok=False, error=message)
-            return envelope(
-                ok=False,
-                output=message,
-                error_code="sandbox_error",
-                retryable=tool.semantics == Semantics.READ,
-            )
-        denied = live.take_denied()
-        output = outcome.text
-        if denied:
-            output += "\n[egress refused: " + ", ".join(denied) + "]"
-        services.tool_record_call(
-            tool.pk, ok=not outcome.is_error, error=outcome.text if outcome.is_error else ""
-        )
-        return envelope(
-            ok=not outcome.is_error,
-            output=output,
-            error_code="tool_error" if outcome.is_error else None,
-            # anything the server fetched came from the web; a server without network computed it
-            provenance="web" if server.allowed_domains else "internal",
-            duration_ms=int((time.monotonic() - started) * 1000),
-        )
+        return mcp_tool_call(call.name, call.arguments, agent_id=call.run.agent_id)
 
 
-def _approved_for(server: DeployedServer, agent_id: int) -> bool:
-    """The run's agent holds an approved policy bound to the deployed content."""
-    return Policy.objects.filter(
-        skill_id=server.skill_id,
-        agent_id=agent_id,
-        status=PolicyStatus.APPROVED,
-        approved_content_hash=server.content_hash,
-    ).exists()
+def executor_of_known(name: str) -> Executor | None:
+    """The executor for a name no manifest of this process knows but some deployed server
+    offered (now disabled, failed, removed or replaced): its calls are told why."""
+    if TOOL_SEPARATOR not in name:
+        return None
+    return EXECUTOR if tool_known(name) else None
 
 
 EXECUTOR = McpToolExecutor()
 
 
-__all__ = ["EXECUTOR", "McpToolExecutor", "registered", "tools_sync"]
+__all__ = ["EXECUTOR", "McpToolExecutor", "executor_of_known", "registered", "tools_sync"]

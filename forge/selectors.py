@@ -44,6 +44,8 @@ def server_dict(server: DeployedServer) -> dict[str, Any]:
         "tool_count": count if count is not None else server.tools.count(),
         "failure_rate": round(rate, 3) if rate is not None else None,
         "failure": server.failure,
+        "status_by": server.status_by,
+        "status_at": server.status_at.isoformat() if server.status_at else None,
         "allowed_domains": list(server.allowed_domains),
         "credentials": sorted(set(server.credentials.values())),
         "deployed_at": server.created_at.isoformat(),
@@ -75,12 +77,12 @@ def server_code(server: DeployedServer) -> dict[str, str]:
 
 
 def deployed_tool_schemas(agent_id: int) -> list[dict[str, Any]]:
-    """OpenAI function schemas of the deployed MCP tools `agent_id` may call (an approved
-    policy of the agent is bound to the deployed content)."""
+    """OpenAI function schemas of the deployed MCP tools `agent_id` may call (an approved,
+    enabled policy of the agent is bound to the deployed content)."""
     approved = {
         (skill_id, content_hash)
         for skill_id, content_hash in Policy.objects.filter(
-            agent_id=agent_id, status=PolicyStatus.APPROVED
+            agent_id=agent_id, status=PolicyStatus.APPROVED, disabled_at__isnull=True
         ).values_list("skill_id", "approved_content_hash")
     }
     tools = McpTool.objects.filter(server__status=ServerStatus.DEPLOYED).select_related("server")

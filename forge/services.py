@@ -126,7 +126,12 @@ def deploy_version(skill_version: SkillVersion | int, *, actor: str) -> Deployed
                 return existing
             DeployedServer.objects.filter(
                 skill_id=version.skill_id, status__in=LIVE_STATUSES
-            ).update(status=ServerStatus.SUPERSEDED, updated_at=timezone.now())
+            ).update(
+                status=ServerStatus.SUPERSEDED,
+                status_by=actor,
+                status_at=timezone.now(),
+                updated_at=timezone.now(),
+            )
             if existing is not None:
                 existing.delete()  # a superseded or removed row of this version comes back
             server = DeployedServer.objects.create(
@@ -139,6 +144,8 @@ def deploy_version(skill_version: SkillVersion | int, *, actor: str) -> Deployed
                 credentials=dict(manifest.auth),
                 limits=limits,
                 deployed_by=actor,
+                status_by=actor,
+                status_at=timezone.now(),
             )
             McpTool.objects.bulk_create(
                 McpTool(
@@ -168,7 +175,7 @@ def deploy_version(skill_version: SkillVersion | int, *, actor: str) -> Deployed
 
 
 def _set_status(
-    skill: Skill | int, status: str, *, allowed_from: tuple[str, ...]
+    skill: Skill | int, status: str, *, actor: str, allowed_from: tuple[str, ...]
 ) -> DeployedServer:
     skill_id = skill.pk if isinstance(skill, Skill) else skill
     with transaction.atomic():
@@ -182,10 +189,21 @@ def _set_status(
         if server.status not in allowed_from:
             raise ServerStateError(f"the server is {server.status}; it cannot become {status}")
         server.status = status
+        server.status_by = actor
+        server.status_at = timezone.now()
         if status == ServerStatus.DEPLOYED:
             server.crash_count = 0
             server.failure = ""
-        server.save(update_fields=["status", "crash_count", "failure", "updated_at"])
+        server.save(
+            update_fields=[
+                "status",
+                "status_by",
+                "status_at",
+                "crash_count",
+                "failure",
+                "updated_at",
+            ]
+        )
         transaction.on_commit(_tools_changed)
     if status != ServerStatus.DEPLOYED:
         pool.stop(server.pk)
@@ -195,14 +213,20 @@ def _set_status(
 def server_disable(skill: Skill | int, *, actor: str) -> DeployedServer:
     """Stop offering the skill's tools and stop its server; its files stay."""
     return _set_status(
-        skill, ServerStatus.DISABLED, allowed_from=(ServerStatus.DEPLOYED, ServerStatus.FAILED)
+        skill,
+        ServerStatus.DISABLED,
+        actor=actor,
+        allowed_from=(ServerStatus.DEPLOYED, ServerStatus.FAILED),
     )
 
 
 def server_enable(skill: Skill | int, *, actor: str) -> DeployedServer:
     """Offer a disabled (or failed) server's tools again; it starts on the next call."""
     return _set_status(
-        skill, ServerStatus.DEPLOYED, allowed_from=(ServerStatus.DISABLED, ServerStatus.FAILED)
+        skill,
+        ServerStatus.DEPLOYED,
+        actor=actor,
+        allowed_from=(ServerStatus.DISABLED, ServerStatus.FAILED),
     )
 
 
@@ -218,8 +242,10 @@ def undeploy(skill: Skill | int, *, actor: str, reason: str = "") -> None:
         )
         for server in servers:
             server.status = ServerStatus.REMOVED
+            server.status_by = actor
+            server.status_at = timezone.now()
             server.failure = reason or server.failure
-            server.save(update_fields=["status", "failure", "updated_at"])
+            server.save(update_fields=["status", "status_by", "status_at", "failure", "updated_at"])
         transaction.on_commit(_tools_changed)
     for server in servers:
         pool.stop(server.pk)
@@ -264,17 +290,23 @@ def server_record_crash(
         fields = ["crash_count", "updated_at"]
         if failed:
             server.status = ServerStatus.FAILED
+            server.status_by = f"the worker, after {server.crash_count} crashes in a row"
+            server.status_at = timezone.now()
             server.failure = redact(f"{message}\n{stderr_tail}".strip(), dict(secrets))[-8000:]
-            fields += ["status", "failure"]
+            fields += ["status", "status_by", "status_at", "failure"]
             transaction.on_commit(_tools_changed)
         server.save(update_fields=fields)
     return failed
 
 
-def tool_record_call(tool_id: int, *, ok: bool, error: str = "") -> None:
+def tool_record_call(tool_id: int, *, ok: bool, error: str = "", refused: bool = False) -> None:
     """Count one call of a tool (and its server's latest outcomes); when the skill now fails
     more than FAILING_RATE of at least FAILING_MIN_CALLS latest calls, its owner gets one
-    `skill_failing` signal for the streak (the improvement flow is theirs to start)."""
+    `skill_failing` signal for the streak (the improvement flow is theirs to start).
+
+    `refused`: the server's state refused the call (disabled, failed, not approved...): it
+    counts on the tool (calls, failures, last error) but not in the server's health window,
+    since no server ran it."""
     from runs.outbox import signal_emit
 
     with transaction.atomic():
@@ -290,6 +322,8 @@ def tool_record_call(tool_id: int, *, ok: bool, error: str = "") -> None:
             tool.failures += 1
             tool.last_error = error[:2000]
         tool.save(update_fields=["calls", "failures", "last_error", "last_called_at"])
+        if refused:
+            return
         from forge.models import RECENT_CALLS
 
         server.recent = (server.recent + ("1" if ok else "0"))[-RECENT_CALLS:]

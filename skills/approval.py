@@ -25,6 +25,7 @@ from skills import services
 from skills.models import AuditAction, Policy, PolicyAuditEvent, PolicyStatus
 from skills.policy_edits import policy_update
 from skills.reviewing import policy_approve, policy_review
+from skills.signals import policy_approved
 
 # Tools every skill run needs to read its references and write its output.
 BASE_TOOLS = ("read", "write", "list")
@@ -353,4 +354,7 @@ def skill_approve(
             fields["tools"] = ordered_tools(locked.tools, fields["tools"])
         reason = "edited at approval" if grants is not None else "granted at approval"
         policy_update(policy=locked.pk, actor=actor, reason=reason, **fields)
-        return policy_approve(policy=locked.pk, actor=actor, note=note)
+        approved = policy_approve(policy=locked.pk, actor=actor, note=note)
+        # what the apps above do with an approval (forge: a flow awaiting it goes on)
+        policy_approved.send(sender=Policy, policy_id=approved.pk, actor=actor)
+        return approved

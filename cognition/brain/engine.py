@@ -26,8 +26,10 @@ from typing import Any
 import openai
 from django.conf import settings
 
+from cognition.core_mcp import is_mcp_tool, mcp_call, mcp_tool_schemas
+from cognition.models import Agent
 from cognition.principals import Principal
-from cognition.tools import core_dispatch, core_tool_schemas
+from cognition.tools import TOOL_NAMES, core_dispatch, core_tool_schemas
 from runs.errors import LLMUnavailable
 from runs.llm import ModelRole, llm_chat, llm_client
 from runs.models import MotorRun
@@ -47,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 #: most characters of one tool result sent back to the model (the stored row keeps it all)
 MAX_TOOL_RESULT_CHARS = 12_000
+#: the core.* tool names (an MCP tool is any other `<skill>__<tool>` name)
+CORE_NAMES = frozenset(TOOL_NAMES)
 #: run statuses whose signal removes core_task from the brain's tools (seed 000 tool filtering)
 PAUSED_STATUSES = frozenset({"awaiting_input", "awaiting_approval"})
 
@@ -61,8 +65,11 @@ def default_client() -> openai.OpenAI:
     return _client_cache[key]
 
 
-def brain_tools(*, trigger: str, wake: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """The core.* schemas offered on this turn.
+def brain_tools(
+    *, trigger: str, wake: dict[str, Any] | None = None, agent: Agent | None = None
+) -> list[dict[str, Any]]:
+    """The core.* schemas offered on this turn, then `agent`'s deployed MCP tools
+    (`<skill>__<tool>`, cognition.core_mcp).
 
     core_task is removed when a run paused for the user (awaiting_input / awaiting_approval),
     so the brain cannot answer or approve for them (seed 000, first layer; the consent gate is
@@ -87,6 +94,8 @@ def brain_tools(*, trigger: str, wake: dict[str, Any] | None = None) -> list[dic
                 "by a person in the admin or through the API, never in a chat."
             )
         tools.append(schema)
+    if agent is not None:
+        tools.extend(mcp_tool_schemas(agent))
     return tools
 
 
@@ -200,6 +209,21 @@ def dispatch(
                 "details": {"rule": "no_secrets_in_chat"},
             },
         }
+    if name not in CORE_NAMES and is_mcp_tool(name):
+        # a deployed MCP tool of the conversation's agent (cognition.core_mcp)
+        try:
+            return mcp_call(
+                principal=principal,
+                agent=conversation.agent,
+                name=name,
+                arguments=args,
+                trigger=trigger,
+            )
+        except Exception:
+            logger.exception("MCP tool %s failed in conversation %s", name, conversation.pk)
+            return _refusal(
+                "internal_error", f"{name} failed unexpectedly; nothing more is known.", tool=name
+            )
     if principal.is_human:
         # The conversation fixes the agent: the model may not aim at another agent of the user.
         args["agent"] = str(conversation.agent_id)
@@ -283,7 +307,7 @@ def turn_run(
     """
     limits = limits or TurnLimits.from_settings()
     client = client or default_client()
-    tools = brain_tools(trigger=trigger, wake=wake)
+    tools = brain_tools(trigger=trigger, wake=wake, agent=conversation.agent)
     while True:
         remaining = limits.remaining_s
         if remaining <= 0:
@@ -325,7 +349,11 @@ def turn_run(
         for call in calls:
             name = call.name.replace(".", "_")
             arguments = _parse_arguments(call.arguments)
-            if not offered or name not in {t["function"]["name"] for t in offered}:
+            offered_names = {t["function"]["name"] for t in offered}
+            # a deployed tool no longer offered (disabled, failed, removed) is still called, so
+            # that the model learns its state and why instead of "not available"
+            known_mcp = bool(offered) and name not in offered_names and is_mcp_tool(name)
+            if not offered or (name not in offered_names and not known_mcp):
                 # Counted against the cap, so a model that keeps asking for a missing tool
                 # cannot loop until the time budget runs out.
                 limits.tool_calls += 1

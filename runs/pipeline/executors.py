@@ -162,14 +162,32 @@ _executors: dict[str, Executor] = {
 }
 
 
+#: resolvers of names a tool kind owns but no longer offers (see `tool_kind_resolver_register`)
+_resolvers: list[Callable[[str], Executor | None]] = []
+
+
+def tool_kind_resolver_register(resolver: Callable[[str], Executor | None]) -> None:
+    """Let a tool source answer the calls of a name it owns but no longer offers (a disabled
+    MCP tool, say): `resolver(name)` returns the executor that tells the model why, or None.
+    Without it such a call would reach the sandbox as an unknown tool."""
+    if resolver not in _resolvers:
+        _resolvers.append(resolver)
+
+
 def executor_for(name: str) -> Executor:
-    """The executor of tool `name`: its registered one, else the sandbox. A name no manifest of
-    this process knows first lets the tool sources register theirs (runs.tools)."""
+    """The executor of tool `name`: its registered one, else the one a tool source's resolver
+    names, else the sandbox. A name no manifest of this process knows first lets the tool
+    sources register theirs (runs.tools)."""
     executor = _executors.get(name)
     if executor is None:
         tool_sources_refresh([name])
-        executor = _executors.get(name, SANDBOX)
-    return executor
+        executor = _executors.get(name)
+    if executor is None:
+        for resolve in list(_resolvers):
+            executor = resolve(name)
+            if executor is not None:
+                break
+    return executor or SANDBOX
 
 
 def executors_prewarm(tools: Sequence[str], slot: SandboxSlot) -> None:

@@ -17,6 +17,7 @@ from skills.policy_edits import policy_update
 from skills.reviewing import policy_approve, policy_review
 from skills.services import Actor
 from tests.runs.conftest import agent, make_agent  # noqa: F401 - fixtures
+from tests.runs.faults import processes  # noqa: F401 - fixture (worker processes)
 from tests.skills.admin_support import import_skill
 
 ECHO_SERVER = '''\

@@ -100,5 +100,6 @@ def test_a_removed_skill_is_no_longer_called(agent, approved_mcp_skill, scripted
     # then the call is refused with the reason, and no server was started for it
     step = Step.objects.get(attempt__run_id=run_id)
     assert step.result["ok"] is False
+    assert step.result["output"].startswith("tool echoer__echo was removed by owner at ")
     assert len(pool) == 0
     assert DeployedServer.objects.get().status == ServerStatus.REMOVED

@@ -61,18 +61,30 @@ def test_a_server_crashing_on_every_call_is_restarted_with_backoff_then_failed(
         "the server ended (exited with status 7) The server crashed too often and is now "
         "marked failed."
     )
-    # and the third was refused: the server is failed, with its stderr tail, its tools gone
-    # (a failed server's tools leave the registry: the call is refused as an unknown tool)
-    assert steps[2].result["output"] == (
-        "unknown tool 'echoer__shout'; known tools: code, bash, read, write, edit, list, glob, "
-        "grep, fetch"
-    )
+    # and the third was refused: the server is failed, with its stderr tail; the model is told
+    # the tool, its state, since when and how it ended (not "unknown tool")
     server = DeployedServer.objects.get()
     assert (server.status, server.crash_count) == (ServerStatus.FAILED, 2)
+    assert server.status_by == "the worker, after 2 crashes in a row"
     assert server.failure.startswith("the server ended (exited with status 7)\n")
     assert "fatal: cannot echo" in server.failure
+    assert server.status_at is not None
+    assert steps[2].result["error_code"] == "denied"
+    assert steps[2].result["tool_state"] == "failed"
+    # (the summary: the first line of the failure and the last lines of the stderr tail)
+    output = steps[2].result["output"]
+    assert output.startswith(
+        f"tool echoer__shout is failed since {server.status_at:%Y-%m-%d %H:%M:%S} UTC (skill "
+        "'echoer' v1, marked by the worker, after 2 crashes in a row): the server ended (exited "
+        "with status 7) | "
+    )
+    assert output.endswith(
+        " | fatal: cannot echo. The owner can improve the skill or enable it again."
+    )
+    # and the refused call counts on the tool (calls, failures), not as a crash
     tool = McpTool.objects.get(name="shout")
-    assert (tool.calls, tool.failures) == (2, 2)
+    assert (tool.calls, tool.failures) == (3, 3)
+    assert server.recent == "00"
     assert sandbox_processes() == []
 
 
