@@ -22,3 +22,7 @@ class ForgeConfig(AppConfig):
 
         version_installed.connect(on_version_installed, dispatch_uid="forge-version-probe")
         pool.is_current = current_server_ids
+        # the skill index reads the tools each deployed version registered
+        from forge import index_tools
+
+        index_tools.connect()

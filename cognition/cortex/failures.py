@@ -163,8 +163,7 @@ RECOVERY: dict[str, Recovery] = {
         release=False,
         suggest_next=False,
         instruction=(
-            "The cortex retries the run once by itself after the wait; report if that fails "
-            "too."
+            "The cortex retries the run once by itself after the wait; report if that fails too."
         ),
     ),
     FailureClass.AUTH_ERROR: Recovery(

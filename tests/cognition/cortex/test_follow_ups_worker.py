@@ -5,17 +5,11 @@ between the learning's commit and the release."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from django.conf import settings
-from django.db import connection
 
 from cognition.cortex import record_acquired
 from cognition.cortex.follow_ups import follow_ups_sweep
@@ -26,98 +20,25 @@ from runs.models import Attempt, MotorRun, RunEvent, RunStatus, Signal
 from runs.services import run_start
 from skills.disabling import RELEASE_REASON
 from skills.models import Policy, PolicyAuditEvent
-from tests.cognition.worker_support import clean_run_queue  # noqa: F401 - fixture
-from tests.fixtures.llm import LLMStubServer, reply_text, reply_tools, tool_call
+from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.fixtures.upstream import Answer
 from tests.runs.helpers import new_workspace
 from tests.skills.admin_support import APPROVER_PERMS, make_agent, make_user
 
 from .support import acquired_skill
+from .workers import WAIT_S, policy_audit_flushable_fixture, start_worker_fixture  # noqa: F401
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("policy_audit_flushable_on_sqlite"),
+]
 
-REPO = Path(__file__).resolve().parents[3]
 HOST = "api.allowed.test"
 FETCH = {"url": f"http://{HOST}/rate", "method": "GET"}
-#: the retry's wait in these tests (MOTOR_CORTEX_RETRY_WAIT_SECONDS)
-WAIT_S = 1.5
 #: a fetch answered 503 is repeated once at once by the runtime (runs.failures), and three
 #: failed calls in a row fail the attempt: one failed attempt is six requests
 REQUESTS_PER_FAILED_ATTEMPT = 6
-
-
-def _database_url() -> str:
-    params = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{params['NAME']}"
-    user = params.get("USER") or "postgres"
-    password = f":{params['PASSWORD']}" if params.get("PASSWORD") else ""
-    host = params.get("HOST") or "127.0.0.1"
-    port = params.get("PORT") or 5432
-    return f"postgres://{user}{password}@{host}:{port}/{params['NAME']}"
-
-
-@pytest.fixture
-def start_worker(
-    llm_stub_server: LLMStubServer, tmp_path: Path, clean_run_queue: None
-) -> Iterator[Callable[..., subprocess.Popen]]:
-    """Start a Celery worker (prefork, one child) on the test database and the stub LLM;
-    keyword arguments become environment variables of the worker."""
-    started: list[tuple[subprocess.Popen, object]] = []
-
-    def start(**extra_env: str) -> subprocess.Popen:
-        env = {
-            **os.environ,
-            "DATABASE_URL": _database_url(),
-            "LLM_BASE_URL": llm_stub_server.base_url,
-            "LLM_API_KEY": "stub",
-            "CELERY_TASK_ALWAYS_EAGER": "false",
-            "CELERY_WORKER_POOL": "prefork",
-            "MOTOR_WORKSPACES_DIR": str(settings.MOTOR_WORKSPACES_DIR),
-            "MOTOR_FAILURE_HINT_SECONDS": "0",
-            "MOTOR_CORTEX_RETRY_WAIT_SECONDS": str(WAIT_S),
-            **extra_env,
-        }
-        log = (tmp_path / f"worker{len(started)}.log").open("w")
-        process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool=prefork",
-             "--concurrency=1", "--loglevel=INFO", "--without-gossip", "--without-mingle",
-             "--without-heartbeat"],
-            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-        started.append((process, log))
-        return process
-
-    try:
-        yield start
-    finally:
-        for process, log in started:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
-            log.close()  # type: ignore[attr-defined]
-
-
-@pytest.fixture(autouse=True)
-def _policy_audit_flushable_on_sqlite(transactional_db: None) -> Iterator[None]:
-    """SQLite empties a transactional test's database with DELETE, which the policy audit's
-    append-only trigger refuses: after the test its rows leave with that one trigger lifted
-    (and put back) so the flush can run; PostgreSQL truncates, which row triggers do not see."""
-    yield
-    if connection.vendor != "sqlite":
-        return
-    from importlib import import_module
-
-    triggers = import_module("skills.migrations.0002_immutability_triggers")
-    no_delete = next(t for t in triggers.SQLITE_FORWARD if "policyauditevent_no_delete" in t)
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TRIGGER IF EXISTS skills_policyauditevent_no_delete")
-        cursor.execute("DELETE FROM skills_policyauditevent")
-        cursor.execute(no_delete)
 
 
 @pytest.fixture
@@ -189,7 +110,9 @@ def _releases(policy: Policy) -> int:
 
 
 def _attempts(run_id: str) -> list[tuple[int, str]]:
-    return list(Attempt.objects.filter(run_id=run_id).order_by("index").values_list("index", "status"))
+    return list(
+        Attempt.objects.filter(run_id=run_id).order_by("index").values_list("index", "status")
+    )
 
 
 def test_an_api_error_is_retried_once_after_the_wait_and_the_retry_succeeds(
@@ -238,8 +161,10 @@ def test_an_api_error_is_retried_once_after_the_wait_and_the_retry_succeeds(
         },
     )
     assert (retried[0].created_at - failed.created_at).total_seconds() >= WAIT_S
-    assert Attempt.objects.get(run_id=run_id, index=1).recovery_context["guidance"].startswith(
-        "The previous attempt failed with an api_error"
+    assert (
+        Attempt.objects.get(run_id=run_id, index=1)
+        .recovery_context["guidance"]
+        .startswith("The previous attempt failed with an api_error")
     )
     # and the release after the successful use happened once
     assert _releases(policy) == 1
