@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -116,8 +117,7 @@ def follow_ups_plan(
             add(FollowUpAction.RETRY, now + timedelta(seconds=retry_wait_s()))
     for row in rows:
         if row.action == FollowUpAction.RETRY:
-            row_id, due_at = row.pk, row.due_at
-            transaction.on_commit(lambda: _enqueue(row_id, due_at))
+            transaction.on_commit(partial(_enqueue, row.pk, row.due_at))
     return rows
 
 

@@ -65,7 +65,9 @@ def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> 
 
 
 def _hit(query: str, name: str):
-    return next((h for h in skill_search(query=query, agent=None, k=5).hits if h.name == name), None)
+    return next(
+        (h for h in skill_search(query=query, agent=None, k=5).hits if h.name == name), None
+    )
 
 
 def test_a_query_matching_only_a_tools_docstring_finds_the_skill(
