@@ -135,9 +135,16 @@ def _enqueue(follow_up_id: int, due_at: datetime) -> None:
 
 
 def _release(row: CortexFollowUp) -> str:
-    policy = Policy.objects.filter(agent_id=row.cortex.agent_id, skill__name=row.skill_name).first()
+    agent_id = row.cortex.agent_id
+    policy = Policy.objects.filter(agent_id=agent_id, skill__name=row.skill_name).first()
     if policy is None:
         return "no_policy"
+    if MotorRun.objects.filter(
+        agent_id=agent_id, skill_id=policy.skill_id, created_at__gt=row.created_at
+    ).exists():
+        # a release carried out late (after a crash) must not disable a skill taken up again
+        # since: the later run's own outcome releases it
+        return "superseded: the skill ran again since"
     released = policy_release(policy=policy, actor=Actor.system(ACTOR_LABEL))
     return "released" if released is not None else "already_released"
 

@@ -207,7 +207,8 @@ class CortexFollowUp(models.Model):
     #: how many times carrying it out was begun
     tries = models.PositiveIntegerField(default=0)
     done_at = models.DateTimeField(null=True, blank=True)
-    #: what happened: "released", "already_released", "retried", "not_retried: …"
+    #: what happened: "released", "already_released", "superseded: …", "retried",
+    #: "not_retried: …"
     result = models.CharField(max_length=300, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
 
