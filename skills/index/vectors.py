@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from django.db import connection, transaction
-from django.db.models import F
 
-from .models import SkillEmbedding
+from .models import SkillEmbedding, SkillIndexEntry
 
 _TABLE = SkillEmbedding._meta.db_table
+_ENTRIES = SkillIndexEntry._meta.db_table
 
 
 def _pg() -> bool:
@@ -84,10 +84,11 @@ FETCH_BATCH = 500
 class DenseMatrix:
     """SQLite: the current vectors of one embeddings model, one row (slot) per skill, kept up to
     date incrementally like the lexical postings. When the embeddings or documents stamp moves,
-    `refresh` reads each current embedding's (skill, row id) — one narrow query — and fetches
-    the vectors of only those that are new or replaced (a stored vector is never updated in
-    place: `vectors_store` writes a new row); a skill whose embedding went away, or no longer
-    matches its entry's text, leaves its slot. `rows_fetched` says how many vectors the last
+    `refresh` reads each current embedding's (skill, row id, text hash) from two covering
+    indexes and fetches the vectors of only those that are new or replaced (a stored vector is
+    never updated in place: `vectors_store` writes a new row; the text hash guards against a row
+    id reused after a rollback); a skill whose embedding went away, or no longer matches its
+    entry's text, leaves its slot. `rows_fetched` says how many vectors the last
     refresh read."""
 
     model: str
@@ -96,8 +97,8 @@ class DenseMatrix:
     skill_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
     rows_fetched: int = 0
-    # skill id -> (slot, embedding row id)
-    _rows: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # skill id -> (slot, (embedding row id, its text hash))
+    _rows: dict[int, tuple[int, tuple[int, str]]] = field(default_factory=dict)
     _free: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -126,30 +127,43 @@ class DenseMatrix:
         self.vectors[slot] = 0.0
         self._free.append(slot)
 
-    def put(self, skill_id: int, *, row_id: int, vector: Sequence[float]) -> None:
+    def put(self, skill_id: int, *, row_id: int, vector: Sequence[float], digest: str = "") -> None:
         found = self._rows.get(skill_id)
         slot = found[0] if found is not None else self._slot()
         self.skill_ids[slot] = skill_id
         self.vectors[slot] = np.asarray(vector, dtype=np.float32)
-        self._rows[skill_id] = (slot, row_id)
+        self._rows[skill_id] = (slot, (row_id, digest))
 
     def refresh(self) -> None:
         """Catch up with the stored embeddings of this model and size."""
-        current = SkillEmbedding.objects.filter(
-            model=self.model, dims=self.dims, text_hash=F("entry__text_hash")
-        )
-        stored = {int(s): int(r) for s, r in current.values_list("entry__skill_id", "id")}
+        # Two narrow raw reads joined here: the entries' (id, skill, text hash) come from a
+        # covering index, the embeddings' from the columns before the vector; a join in SQL
+        # would read every entry's row, which its document makes many pages long.
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT id, skill_id, text_hash FROM {_ENTRIES}")  # noqa: S608
+            entries = {int(e): (int(s), str(h)) for e, s, h in cursor.fetchall()}
+            cursor.execute(
+                f"SELECT entry_id, id, text_hash FROM {_TABLE} "  # noqa: S608
+                "WHERE model = %s AND dims = %s",
+                [self.model, self.dims],
+            )
+            stored: dict[int, tuple[int, str]] = {}
+            for entry_id, row_id, digest in cursor.fetchall():
+                entry = entries.get(int(entry_id))
+                if entry is not None and entry[1] == digest:
+                    stored[entry[0]] = (int(row_id), str(digest))
         for skill_id in [s for s in self._rows if s not in stored]:
             self.remove(skill_id)
-        stale = sorted(s for s, r in stored.items() if self._rows.get(s, (0, -1))[1] != r)
+        none = (0, (-1, ""))
+        stale = sorted(s for s, key in stored.items() if self._rows.get(s, none)[1] != key)
         for start in range(0, len(stale), FETCH_BATCH):
-            wanted = [stored[s] for s in stale[start : start + FETCH_BATCH]]
+            wanted = [stored[s][0] for s in stale[start : start + FETCH_BATCH]]
             rows = SkillEmbedding.objects.filter(pk__in=wanted).values_list(
-                "entry__skill_id", "id", "vector_json"
+                "entry__skill_id", "id", "text_hash", "vector_json"
             )
-            for skill_id, row_id, vector in rows:
+            for skill_id, row_id, digest, vector in rows:
                 if isinstance(vector, list) and len(vector) == self.dims:
-                    self.put(int(skill_id), row_id=int(row_id), vector=vector)
+                    self.put(int(skill_id), row_id=int(row_id), vector=vector, digest=digest)
         self.rows_fetched = len(stale)
 
     def nearest(
