@@ -85,15 +85,16 @@ def _matrix() -> vectors.DenseMatrix:
 def test_an_install_new_version_and_delete_read_only_the_changed_vector(
     embeddings_stub, eager, django_capture_on_commit_callbacks
 ) -> None:
-    if connection.vendor != "sqlite":
-        pytest.skip("the in-process matrix serves SQLite; PostgreSQL compares in pgvector")
+    # The rankings are asserted on both databases; the matrix (SQLite's in-process vectors;
+    # PostgreSQL compares in pgvector) where it exists.
+    sqlite = connection.vendor == "sqlite"
     capture = django_capture_on_commit_callbacks
     # given twenty embedded skills and a matrix caught up with them
     for n in range(20):
         _install(f"tool-{n}", f"Handle task number {n} of the batch.", capture)
     skill_search(query="task 7", agent=None, k=1)
-    matrix = _matrix()
-    assert len(matrix) == 20
+    matrix = _matrix() if sqlite else None
+    assert matrix is None or len(matrix) == 20
 
     # when one skill is installed, then the next search reads its vector only and ranks it
     _install(
@@ -101,19 +102,23 @@ def test_an_install_new_version_and_delete_read_only_the_changed_vector(
     )
     hit = skill_search(query="euro dollar", agent=None, k=1).hits[0]
     assert (hit.name, hit.dense_rank) == ("exchange-rates", 1)
-    assert _matrix() is matrix
-    assert (matrix.rows_fetched, len(matrix)) == (1, 21)
+    if matrix is not None:
+        assert _matrix() is matrix
+        assert (matrix.rows_fetched, len(matrix)) == (1, 21)
 
     # when a skill gets a new version, its new vector replaces the old one, one read again
     _install("tool-3", "Check whether a website is up and online.", capture)
     hit = skill_search(query="is the website reachable", agent=None, k=1).hits[0]
     assert (hit.name, hit.version, hit.dense_rank) == ("tool-3", 2, 1)
-    assert (matrix.rows_fetched, len(matrix)) == (1, 21)
+    if matrix is not None:
+        assert (matrix.rows_fetched, len(matrix)) == (1, 21)
 
     # when a skill is deleted, nothing is read and its slot is gone
     skill_delete(skill="exchange-rates", actor=ACTOR)
     names = [h.name for h in skill_search(query="euro dollar", agent=None, k=50).hits]
     assert "exchange-rates" not in names
+    if matrix is None:
+        return
     assert (matrix.rows_fetched, len(matrix)) == (0, 20)
 
     # and the matrix holds exactly the stored vectors, each as its document's embedding
