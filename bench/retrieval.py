@@ -12,7 +12,9 @@ bench/retrieval_corpus.py among generated distractors that share their vocabular
 answers are known, as an agent holding a policy for every skill (lexical retrieval only: no
 embeddings endpoint). Prints recall@10, MRR and p50/p95 query latency, against baselines from
 the same run: today's <available_skills> (the first 100 skills by name; recall@10 = the answer
-among the first 10 names) and a single-row primary-key lookup of a skill.
+among the first 10 names) and a single-row primary-key lookup of a skill. On SQLite it also
+times the in-process dense vectors: building the matrix from every stored vector, and catching
+up after one vector changed (an install or a new version).
 """
 
 from __future__ import annotations
@@ -101,6 +103,50 @@ def populate(n: int) -> tuple[object, float]:
     return agent, time.perf_counter() - started
 
 
+DENSE_DIMS = 256
+DENSE_MODEL = "bench-embed"
+
+
+def dense_timings(n: int) -> dict[str, float | None]:
+    """SQLite only (PostgreSQL compares in pgvector): the in-process vectors' cost. Every entry
+    gets a random unit vector (as the embedding task stores them; no endpoint is called); then
+    `dense_build_ms` is reading all of them into a new matrix (what every change cost before the
+    matrix was incremental) and `dense_catchup_ms` the median of 20 catch-ups after one entry's
+    vector was replaced (an install or a new version: one narrow read, one vector fetched)."""
+    from django.db import connection
+
+    if connection.vendor != "sqlite":
+        return {"dense_build_ms": None, "dense_catchup_ms": None}
+    import numpy as np
+
+    from skills.index.models import SkillIndexEntry
+    from skills.index.vectors import DenseMatrix, vectors_store
+
+    rng = np.random.default_rng(7)
+
+    def unit() -> list[float]:
+        v = rng.standard_normal(DENSE_DIMS)
+        return (v / np.linalg.norm(v)).tolist()
+
+    rows = list(SkillIndexEntry.objects.order_by("id").values_list("id", "text_hash"))
+    for start in range(0, len(rows), 1000):
+        chunk = rows[start : start + 1000]
+        vectors_store(model=DENSE_MODEL, rows=[(i, h, unit()) for i, h in chunk])
+    started = time.perf_counter()
+    matrix = DenseMatrix(model=DENSE_MODEL, dims=DENSE_DIMS)
+    matrix.refresh()
+    build_ms = (time.perf_counter() - started) * 1000
+    assert len(matrix) == n, (len(matrix), n)
+    catchups: list[float] = []
+    for entry_id, digest in rows[:20]:
+        vectors_store(model=DENSE_MODEL, rows=[(entry_id, digest, unit())])
+        t = time.perf_counter()
+        matrix.refresh()
+        catchups.append((time.perf_counter() - t) * 1000)
+        assert matrix.rows_fetched == 1
+    return {"dense_build_ms": build_ms, "dense_catchup_ms": statistics.median(catchups)}
+
+
 def measure(n: int, rounds: int) -> dict[str, float]:
     from bench.retrieval_corpus import QUERIES
     from skills.index.search import skill_search
@@ -167,7 +213,9 @@ def measure(n: int, rounds: int) -> dict[str, float]:
             lookups.append((time.perf_counter() - t) * 1000)
 
     missed = [q for (q, _), r in zip(QUERIES, ranks, strict=True) if r is None]
+    dense = dense_timings(n)
     return {
+        **dense,  # type: ignore[dict-item]
         "n": n,
         "populate_s": populate_s,
         "index_s": index_s,
@@ -298,6 +346,15 @@ def main() -> None:
         for label, value, target, ok in rows:
             verdict = "" if ok is None else ("met" if ok else "NOT met")
             print(f"{label:<46} {value:>8.3f} {target:>9}  {verdict}")
+    if vendor == "sqlite":
+        print()
+        print(f"dense vectors in process (SQLite; {DENSE_DIMS} dims, random unit vectors)")
+        head = f"{'skills':>7} {'full build ms':>13} {'catch-up ms':>11} {'ratio':>7}"
+        print(head)
+        print("-" * len(head))
+        for r in results:
+            build, catchup = r["dense_build_ms"], r["dense_catchup_ms"]
+            print(f"{r['n']:>7} {build:>13.1f} {catchup:>11.2f} {build / catchup:>7.0f}")
     for r in results:
         if r["missed"]:
             print(f"missed at {r['n']}: " + "; ".join(r["missed"]))  # type: ignore[arg-type]

@@ -425,6 +425,7 @@ class TrustLevelChange(models.Model):
 from .cortex.models import (  # noqa: E402, F401
     Cortex,
     CortexCandidate,
+    CortexFollowUp,
     CortexLesson,
     CortexOutcome,
     CortexRegion,

@@ -64,3 +64,21 @@ def records_purge_task() -> dict[str, int]:
         "idempotency_records": idempotency_purge(),
         "signal_deliveries": signal_delivery_purge(),
     }
+
+
+@shared_task(name="cognition.cortex_follow_up", ignore_result=True)
+def cortex_follow_up_task(follow_up_id: int) -> str | None:
+    """Carry out one skill-cortex follow-up (a release, a retry after its wait) if it is due
+    and still pending; queued with the wait as countdown. A lost message is the sweep's."""
+    from cognition.cortex.follow_ups import follow_up_carry_out
+
+    return follow_up_carry_out(follow_up_id)
+
+
+@shared_task(name="cognition.cortex_follow_ups_sweep", ignore_result=True)
+def cortex_follow_ups_sweep_task() -> dict[str, object]:
+    """Periodic (celery-beat): carry out every due skill-cortex follow-up still pending (one
+    whose worker died after the learning committed, or whose task message was lost)."""
+    from cognition.cortex.follow_ups import follow_ups_sweep
+
+    return follow_ups_sweep()

@@ -338,6 +338,11 @@ MOTOR_SKILL_SOURCE_MAX_ARCHIVE_BYTES = env.int(
     "MOTOR_SKILL_SOURCE_MAX_ARCHIVE_BYTES", default=10 * 1024 * 1024
 )
 
+# --- the skill cortex (cognition.cortex; docs/skills.md "The skill cortex") ---------------------
+# seconds the cortex waits before it retries a skill's run that failed with an api_error (seed 003
+# §3.4: once, after about 3 s)
+MOTOR_CORTEX_RETRY_WAIT_SECONDS = env.float("MOTOR_CORTEX_RETRY_WAIT_SECONDS", default=3.0)
+
 # --- the built-in brain (cognition.brain) ----------------------------------------------------------
 # seconds one conversational turn may take, LLM calls and tool calls together
 COGNITION_TURN_BUDGET_SECONDS = env.float("COGNITION_TURN_BUDGET_SECONDS", default=120.0)
@@ -539,6 +544,10 @@ CELERY_BEAT_SCHEDULE = {
     "dependency-layers-gc": {
         "task": "runs.layers_collect",
         "schedule": float(MOTOR_PURGE_INTERVAL_SECONDS),
+    },
+    "cortex-follow-ups": {
+        "task": "cognition.cortex_follow_ups_sweep",
+        "schedule": float(MOTOR_REAPER_INTERVAL_SECONDS),
     },
     "forge-reaper": {
         "task": "forge.reap",

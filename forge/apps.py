@@ -32,3 +32,7 @@ class ForgeConfig(AppConfig):
             flow_advance_on_approval, weak=False, dispatch_uid="forge-flow-approval"
         )
         pool.is_current = current_server_ids
+        # the skill index reads the tools each deployed version registered
+        from forge import index_tools
+
+        index_tools.connect()

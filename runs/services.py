@@ -238,8 +238,11 @@ def run_cancel(
     return {"run_id": run_id, "previous_status": previous, "new_status": run.status}
 
 
-def run_retry(*, run_id: str, guidance: str, actor: str) -> RunTransitioned:
+def run_retry(
+    *, run_id: str, guidance: str, actor: str, detail: dict[str, object] | None = None
+) -> RunTransitioned:
     """Start a new attempt of a failed run: clean messages, the guidance as recovery context.
+    `detail` is added to the retry's RunEvent (the trace says why the retry happened).
 
     The new attempt gets at most 15 iterations (never more than the run's cap). Raises
     InvalidTransition (nothing changed) unless the run failed and has attempts left, and
@@ -294,7 +297,12 @@ def run_retry(*, run_id: str, guidance: str, actor: str) -> RunTransitioned:
             },
         )
         MotorRun.objects.filter(pk=run.pk).update(redelivery_count=0, idle_since=timezone.now())
-        event_record(run, from_status=previous, actor=actor, attempt=run.current_attempt_index)
+        event_record(
+            run,
+            from_status=previous,
+            actor=actor,
+            **{**(detail or {}), "attempt": run.current_attempt_index},
+        )
         token, agent_id = run.lease_token, run.agent_id
         transaction.on_commit(lambda: mutex_hold(agent_id=agent_id, run_id=run_id))
         transaction.on_commit(lambda: run_wake(run_id, token))

@@ -389,6 +389,16 @@ def _cortex_text(facts: dict[str, Any]) -> str:
     if not cortex:
         return ""
     skill = cortex["skill"]
+    if cortex.get("retry_in_s") is not None:
+        return (
+            f" [skill cortex: {cortex['failure_class']} of {skill!r}. The cortex retries the run "
+            f"once by itself in {cortex['retry_in_s']:g} s; tell the user, do not retry it.]"
+        )
+    if cortex.get("retried"):
+        return (
+            f" [skill cortex: {cortex['failure_class']} of {skill!r} again, after the cortex's "
+            "one automatic retry. Report the failure and its class to the user; no more retries.]"
+        )
     if cortex.get("recovery"):
         rule = cortex["recovery"]
         return f" [skill cortex: {cortex['failure_class']} of {skill!r}. {rule['instruction']}]"

@@ -3,12 +3,15 @@
 Modules:
 - models.py — Cortex (the per-agent row every update locks), CortexRegion (a capability area and
   its sensory pattern), CortexCandidate (a skill with its learned weight), CortexLesson (the three
-  structured prefrontal lessons), CortexOutcome (the ledger that makes learning idempotent);
+  structured prefrontal lessons), CortexOutcome (the ledger that makes learning idempotent),
+  CortexFollowUp (what an outcome obliges the cortex to do next);
 - sensory.py — signal words of a task, with concrete entities removed;
 - perception.py — `perceive`: the ranked candidates for a task, or a miss (plain search then);
 - learning.py — `record_acquired`, `learn`: the Phase 4 formulas, lessons, reflex promotion;
 - failures.py — failure classes from a run's failure summary, and the recovery rules;
 - plan.py — side effects and their severity from the review facts; the execution plan;
+- follow_ups.py — the release and the api_error retry an outcome calls for, written with the
+  learning (an outbox) and carried out exactly once by the hook, a countdown task or the sweep;
 - cleanup.py — release after use, the retention suggestion, retain / re-activate;
 - pruning.py — the limits of §4.6, applied inside every update;
 - locking.py — one transaction per update, under the agent's Cortex row lock;

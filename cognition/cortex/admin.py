@@ -150,7 +150,9 @@ class CortexAdmin(admin.ModelAdmin):
         return {
             "cortex_regions": regions,
             "cortex_lessons": CortexLesson.objects.filter(cortex=cortex).select_related("region"),
-            "cortex_outcomes": CortexOutcome.objects.filter(cortex=cortex)[:OUTCOMES_SHOWN],
+            "cortex_outcomes": CortexOutcome.objects.filter(cortex=cortex).prefetch_related(
+                "follow_ups"
+            )[:OUTCOMES_SHOWN],
             "cortex_may_reset": self.has_change_permission(request, cortex),
             "cortex_reset_url": reverse("admin:cognition_cortex_reset", args=[cortex.pk]),
         }

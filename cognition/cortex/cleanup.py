@@ -8,6 +8,10 @@
   agent and removes it from the cortex, no releases it;
 - failures: task_mismatch and runtime_error release (the recovery rules); the others keep the
   skill for the recovery (a retry, new credentials, a confirmed dependency).
+
+The release after a use is decided inside the learning's transaction and recorded there as a
+follow-up (cognition.cortex.follow_ups), so it survives a worker dying right after that commit;
+`cleanup_after` carries it out.
 """
 
 from __future__ import annotations
@@ -20,22 +24,28 @@ from skills.errors import SkillNotFound
 from skills.models import Policy
 from skills.services import Actor
 
+from .follow_ups import (
+    RETAIN_MAX_SKILL_MD_CHARS,
+    RETAIN_MIN_SUCCESSES,
+    RETAIN_MIN_WEIGHT,
+    follow_ups_for_outcome,
+    retention_suggested,
+)
 from .learning import LearnResult
 from .locking import cortex_locked
-from .models import CortexCandidate
+from .models import CortexCandidate, FollowUpAction
 
-RETAIN_MIN_SUCCESSES = 3
-RETAIN_MIN_WEIGHT = 0.8
-RETAIN_MAX_SKILL_MD_CHARS = 8000
-
-
-def retention_suggested(candidate: CortexCandidate) -> bool:
-    """§4.5: successes ≥ 3, weight ≥ 0.8 and SKILL.md under 8,000 characters."""
-    return (
-        candidate.successes >= RETAIN_MIN_SUCCESSES
-        and candidate.weight >= RETAIN_MIN_WEIGHT
-        and candidate.skill_md_chars < RETAIN_MAX_SKILL_MD_CHARS
-    )
+__all__ = [
+    "RETAIN_MAX_SKILL_MD_CHARS",
+    "RETAIN_MIN_SUCCESSES",
+    "RETAIN_MIN_WEIGHT",
+    "Cleanup",
+    "activate",
+    "cleanup_after",
+    "release",
+    "retain",
+    "retention_suggested",
+]
 
 
 @dataclass
@@ -63,21 +73,14 @@ def release(*, agent: Any, skill: str) -> bool:
 
 
 def cleanup_after(*, agent: Any, result: LearnResult) -> Cleanup:
-    """Apply §4.5 after one learned outcome."""
-    if not result.success:
-        if result.recovery is not None and result.recovery.release:
-            release(agent=agent, skill=result.skill)
-            return Cleanup(result.skill, "released")
-        return Cleanup(result.skill, "kept")
-    candidate = (
-        CortexCandidate.objects.filter(region__cortex__agent_id=agent.pk, skill__name=result.skill)
-        .order_by("-weight")
-        .first()
-    )
-    if candidate is not None and retention_suggested(candidate):
+    """Apply §4.5 after one learned outcome: carry out the release its learning recorded (at
+    most once, whoever else tries too) and say what became of the skill."""
+    follow_ups_for_outcome(result.key, agent_id=agent.pk)
+    if FollowUpAction.RELEASE in result.follow_ups:
+        return Cleanup(result.skill, "released")
+    if result.success:
         return Cleanup(result.skill, "retention_suggested")
-    release(agent=agent, skill=result.skill)
-    return Cleanup(result.skill, "released")
+    return Cleanup(result.skill, "kept")
 
 
 def retain(*, agent: Any, skill: str, keep: bool, actor: Actor) -> Cleanup:

@@ -124,8 +124,9 @@ class Recovery:
     failure_class: str
     #: "confirm_dependency", "retry", "check_credentials", "release_and_suggest_next"
     action: str
-    #: run the same skill again by itself (api_error only), after `wait_s` seconds, at most
-    #: `max_retries` times
+    #: run the same skill again by itself (api_error only), after `wait_s` seconds (the seed's
+    #: value; MOTOR_CORTEX_RETRY_WAIT_SECONDS sets the real wait), at most `max_retries` times;
+    #: the cortex does it (cognition.cortex.follow_ups), not the brain
     retry: bool
     wait_s: float
     max_retries: int
@@ -161,7 +162,9 @@ RECOVERY: dict[str, Recovery] = {
         max_retries=1,
         release=False,
         suggest_next=False,
-        instruction="Wait 3 seconds and run it once more; report if that fails too.",
+        instruction=(
+            "The cortex retries the run once by itself after the wait; report if that fails too."
+        ),
     ),
     FailureClass.AUTH_ERROR: Recovery(
         failure_class=FailureClass.AUTH_ERROR,

@@ -7,12 +7,17 @@ in the ledger and teaches nothing twice. After learning, the cleanup rules run
 (cognition.cortex.cleanup). The built-in brain calls `learn_from_signal` itself too before it
 tells the user about the run, so what it says already counts this outcome; whichever comes
 first learns, the other is a no-op.
+
+What the learning obliges the cortex to do next (release the skill, retry an api_error once) is
+written in the learning's transaction and carried out here right after; a worker that dies in
+between leaves it to the redelivered signal or the periodic sweep (cognition.cortex.follow_ups).
 """
 
 from __future__ import annotations
 
 import logging
 
+from runs.crashpoints import crash_point
 from runs.models import MotorRun, Signal, SignalKind
 
 from .learning import LearnResult, learn
@@ -29,8 +34,10 @@ def outcome_key(signal_id: int) -> str:
 
 def learn_from_signal(signal_id: int) -> LearnResult | None:
     """Learn from the run a motor_result signal reports (a no-op for other signals, runs
-    without a skill, runs still going, and signals seen before); then apply cleanup."""
+    without a skill, runs still going, and signals seen before); then carry out what the
+    learning left to do (the release, the due follow-ups of a signal learned before)."""
     from .cleanup import cleanup_after
+    from .follow_ups import follow_ups_for_outcome
 
     signal = Signal.objects.filter(pk=signal_id, kind=SignalKind.MOTOR_RESULT).first()
     if signal is None or not signal.run_id:
@@ -43,7 +50,12 @@ def learn_from_signal(signal_id: int) -> LearnResult | None:
     if run is None or run.skill_id is None:
         return None
     result = learn(agent=run.agent, run=run, key=outcome_key(signal_id))
-    if result is not None:
+    # test-only: a worker killed between the learning's commit and the release (runs.crashpoints)
+    crash_point("cortex_after_learning")
+    if result is None:
+        # learned before (a redelivery): what that learning left undone is done now
+        follow_ups_for_outcome(outcome_key(signal_id), agent_id=run.agent_id)
+    else:
         cleanup_after(agent=run.agent, result=result)
         logger.info(
             "cortex: run %s of %s %s (weight %.3f -> %.3f)",
@@ -72,7 +84,7 @@ def outcome_facts(signal_id: int) -> dict[str, object] | None:
     not of a cortex skill."""
     from .cleanup import retention_suggested
     from .failures import RECOVERY
-    from .models import CortexCandidate, CortexOutcome
+    from .models import CortexCandidate, CortexFollowUp, CortexOutcome, FollowUpAction
 
     learn_from_signal(signal_id)
     outcome = CortexOutcome.objects.filter(key=outcome_key(signal_id)).first()
@@ -86,6 +98,12 @@ def outcome_facts(signal_id: int) -> dict[str, object] | None:
         .first()
     )
     recovery = RECOVERY.get(outcome.failure_class) if outcome.failure_class else None
+    retries = list(
+        CortexFollowUp.objects.filter(
+            cortex_id=outcome.cortex_id, run_id=outcome.run_id, action=FollowUpAction.RETRY
+        ).values_list("outcome_id", "due_at", "created_at")
+    )
+    own = [(due - made).total_seconds() for o, due, made in retries if o == outcome.pk]
     return {
         "skill": outcome.skill_name,
         "region": outcome.region_name,
@@ -94,6 +112,10 @@ def outcome_facts(signal_id: int) -> dict[str, object] | None:
         "weight_before": round(outcome.weight_before, 4),
         "weight_after": round(outcome.weight_after, 4),
         "recovery": recovery.as_dict() if recovery else None,
+        # api_error: the cortex retries the run itself once, after `retry_in_s`; a failure of
+        # that retry says `retried: true` (no retry is left)
+        "retry_in_s": own[0] if own else None,
+        "retried": bool(retries) and not own and bool(outcome.failure_class),
         "retention_suggested": bool(
             outcome.success and candidate is not None and retention_suggested(candidate)
         ),

@@ -35,6 +35,7 @@ from runs.models import MotorRun, RunStatus
 from skills.models import Policy, SkillVersion
 
 from .failures import RECOVERY, Classified, Recovery, classify_run
+from .follow_ups import follow_ups_plan
 from .locking import cortex_locked
 from .models import (
     INITIAL_WEIGHT,
@@ -105,6 +106,10 @@ class LearnResult:
     reflex: bool
     recovery: Recovery | None
     lessons: list[str] = field(default_factory=list)
+    #: the outcome's key, and the follow-ups it wrote ("release", "retry"; cognition.cortex
+    #: .follow_ups), carried out after the commit
+    key: str = ""
+    follow_ups: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -284,7 +289,7 @@ def learn(
         if success and _promotable(candidate):
             candidate.reflex = True
         candidate.save()
-        CortexOutcome.objects.create(
+        outcome = CortexOutcome.objects.create(
             cortex=cortex,
             key=key[:100],
             run_id=run.id,
@@ -296,6 +301,14 @@ def learn(
             weight_after=candidate.weight,
             created_at=now,
         )
+        planned = follow_ups_plan(
+            cortex=cortex,
+            outcome=outcome,
+            candidate=candidate,
+            run=run,
+            classified=classified,
+            now=now,
+        )
         result = LearnResult(
             skill=candidate.skill.name,
             region=candidate.region.name,
@@ -306,6 +319,8 @@ def learn(
             reflex=candidate.reflex,
             recovery=RECOVERY[classified.failure_class] if classified else None,
             lessons=lessons,
+            key=outcome.key,
+            follow_ups=[f.action for f in planned],
         )
         prune(cortex, now=now)
     return result

@@ -180,3 +180,50 @@ class CortexOutcome(models.Model):
 
     def __str__(self) -> str:
         return f"{self.skill_name}: {'success' if self.success else self.failure_class}"
+
+
+class FollowUpAction(models.TextChoices):
+    """What the cortex does after a learned outcome, outside the learning's transaction."""
+
+    #: §4.5: disable the agent's policy for the skill (skills.disabling.policy_release)
+    RELEASE = "release", "Release the skill"
+    #: §3.4 api_error: a new attempt of the failed run, once, after the wait
+    RETRY = "retry", "Retry the run once"
+
+
+class CortexFollowUp(models.Model):
+    """An outbox row: something an outcome obliges the cortex to do, written in the same
+    transaction as the learning, so a worker dying after that commit loses nothing. Carried out
+    at most once (`done_at`, set in the transaction that does the work) by whichever comes
+    first: the hook right after learning, the follow-up task, or the periodic sweep."""
+
+    cortex = models.ForeignKey(Cortex, on_delete=models.CASCADE, related_name="follow_ups")
+    outcome = models.ForeignKey(CortexOutcome, on_delete=models.CASCADE, related_name="follow_ups")
+    action = models.CharField(max_length=16, choices=FollowUpAction.choices)
+    skill_name = models.CharField(max_length=100)
+    run_id = models.CharField(max_length=32, blank=True, default="")
+    #: not before this moment (a retry waits MOTOR_CORTEX_RETRY_WAIT_SECONDS)
+    due_at = models.DateTimeField(default=timezone.now)
+    #: how many times carrying it out was begun
+    tries = models.PositiveIntegerField(default=0)
+    done_at = models.DateTimeField(null=True, blank=True)
+    #: what happened: "released", "already_released", "superseded: …", "retried",
+    #: "not_retried: …"
+    result = models.CharField(max_length=300, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["outcome", "action"], name="cortex_follow_up_once_per_outcome"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(action__in=FollowUpAction.values),
+                name="cortex_follow_up_action_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["done_at", "due_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.skill_name} ({'done' if self.done_at else 'pending'})"

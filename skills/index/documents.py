@@ -9,7 +9,9 @@ document. Sources, in weight order:
 - keywords and example queries: from the SKILL.md front matter's `metadata` (`keywords`,
   `example_queries`, a list or a comma-separated string) and from `manifest_search_terms`;
 - the SKILL.md headings;
-- the MCP tools' names and docstrings, from `mcp_tool_terms`.
+- the MCP tools' names and docstrings: those the version's deployed server registered from its
+  `tools/list` (name and description, supplied by a tool source; see `skills.index.store`), and
+  the names `mcp_tool_terms` reads from the manifest for tools no server registered yet.
 
 `manifest_search_terms` and `mcp_tool_terms` read the MCP skill manifest (skill.toml, seed 002
 §3) of a version that stores one: its `[search]` keywords and example queries, and the tools its
@@ -143,15 +145,30 @@ def mcp_tool_terms(files: Mapping[str, bytes]) -> list[ToolTerms]:
     return [ToolTerms(name=name) for name in tools if _TOOL_NAME.fullmatch(name)][:MAX_TERMS]
 
 
+def tools_merge(registered: list[ToolTerms], declared: list[ToolTerms]) -> list[ToolTerms]:
+    """The registered tools (with their docstrings, cut to MAX_TERM_CHARS · 4), then the
+    declared ones no server registered; at most MAX_TERMS."""
+    out = [
+        ToolTerms(name=t.name[:64], docstring=t.docstring.strip()[: MAX_TERM_CHARS * 4])
+        for t in registered
+        if t.name
+    ]
+    seen = {t.name for t in out}
+    out += [t for t in declared if t.name not in seen]
+    return out[:MAX_TERMS]
+
+
 def search_terms(
     *,
     name: str,
     description: str,
     frontmatter: Mapping[str, Any],
     files: Mapping[str, bytes],
+    registered_tools: list[ToolTerms] | None = None,
 ) -> SearchTerms:
     """Everything one version is indexed from. `files` maps paths to bytes and needs only
-    SKILL.md and skill.toml (the other files are not read)."""
+    SKILL.md and skill.toml (the other files are not read); `registered_tools` are the tools
+    a deployed server of the version listed (name and docstring)."""
     skill_md = files.get(SKILL_MD)
     body = skill_md_body(skill_md) if skill_md is not None else ""
     metadata = frontmatter.get("metadata")
@@ -165,7 +182,7 @@ def search_terms(
         headings=headings(body),
         keywords=(keywords + m_keywords)[:MAX_TERMS],
         example_queries=(examples + m_examples)[:MAX_TERMS],
-        tools=mcp_tool_terms(files),
+        tools=tools_merge(registered_tools or [], mcp_tool_terms(files)),
     )
 
 

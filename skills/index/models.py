@@ -39,6 +39,12 @@ class SkillIndexEntry(models.Model):
 
     class Meta:
         ordering = ["name"]
+        indexes = [
+            # Every process reads (skill, text hash, version) of every entry when the documents
+            # stamp moves (the lexical and dense catch-ups): a covering index lets that read skip
+            # the rows, whose document and terms make them many pages long.
+            models.Index(fields=["skill", "text_hash", "version"], name="skills_index_entry_stamp"),
+        ]
         # the admin lists this model as its search page (skills.admin_index)
         verbose_name = "skill search"
         verbose_name_plural = "skill search"
@@ -64,6 +70,15 @@ class SkillEmbedding(models.Model):
     dims = models.PositiveIntegerField()
     vector_json = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = [
+            # SQLite's catch-up reads (entry, row id, text hash) of a model's vectors: covered
+            # here, it skips the rows, whose vector makes them pages long (skills.index.vectors).
+            models.Index(
+                fields=["model", "dims", "entry", "text_hash"], name="skills_embedding_stamp"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.entry_id} {self.model} ({self.dims})"

@@ -9,6 +9,11 @@ without knowing about it:
 - `Skill` post_delete (its entry goes with it by cascade): documents generation;
 - `Policy` created or deleted: visibility generation (who may see which skill).
 
+Registered MCP tools: the layer that deploys MCP servers (forge, above this one) registers a
+*tool source* (`tool_source_register`): given version ids, the tools their servers listed (name,
+docstring). Entries are built with them, and `tools_reindex` re-indexes a skill when a version
+of it registers its tools.
+
 Embeddings are computed by a Celery task queued after the commit (`embed_later`), never inside
 the install's transaction nor on the request that installed: an HTTP call must not hold the
 skill's row locks or keep a person waiting, and a failing endpoint must not fail an install.
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable
 from typing import Any
 
 from django.db import connection, transaction
@@ -28,7 +34,7 @@ from django.utils import timezone
 from skills.models import Policy, Skill, SkillFile, SkillVersion
 
 from . import embeddings
-from .documents import INDEXED_FILES, search_terms, text_hash
+from .documents import INDEXED_FILES, ToolTerms, search_terms, text_hash
 from .models import IndexGeneration, SkillIndexEntry, SkillIndexState
 from .text import tokenize
 
@@ -50,6 +56,32 @@ def generations() -> dict[str, int]:
         return {str(k): int(v) for k, v in cursor.fetchall()}
 
 
+#: version ids -> the tools their deployed servers registered, by version id
+ToolSource = Callable[[list[int]], dict[int, list[ToolTerms]]]
+_tool_sources: dict[str, ToolSource] = {}
+
+
+def tool_source_register(name: str, source: ToolSource) -> None:
+    """Register (or replace) a source of registered tools (called from an app's ready())."""
+    _tool_sources[name] = source
+
+
+def registered_tools(version_ids: list[int]) -> dict[int, list[ToolTerms]]:
+    """The registered tools of each version, from every tool source (empty lists for none)."""
+    out: dict[int, list[ToolTerms]] = {v: [] for v in version_ids}
+    for source in _tool_sources.values():
+        for version_id, tools in source(list(version_ids)).items():
+            out.setdefault(version_id, []).extend(tools)
+    return out
+
+
+def tools_reindex(*, skill_id: int) -> SkillIndexEntry | None:
+    """Re-index a skill after a version of it registered its tools (a tool source calls it
+    once the registration committed); its text hash changes, so it is embedded again."""
+    skill = Skill.objects.select_related("current_version").filter(pk=skill_id).first()
+    return skill_index(skill=skill) if skill is not None else None
+
+
 def _indexed_files(version_ids: list[int]) -> dict[int, dict[str, bytes]]:
     files: dict[int, dict[str, bytes]] = {v: {} for v in version_ids}
     rows = SkillFile.objects.filter(version_id__in=version_ids, path__in=INDEXED_FILES)
@@ -59,17 +91,24 @@ def _indexed_files(version_ids: list[int]) -> dict[int, dict[str, bytes]]:
 
 
 def entry_build(
-    *, skill: Skill, version: SkillVersion, files: dict[str, bytes] | None = None
+    *,
+    skill: Skill,
+    version: SkillVersion,
+    files: dict[str, bytes] | None = None,
+    tools: list[ToolTerms] | None = None,
 ) -> SkillIndexEntry:
-    """An unsaved entry for `version` of `skill` (`files`: its indexed files, when the caller
-    fetched them already)."""
+    """An unsaved entry for `version` of `skill` (`files`: its indexed files, `tools`: its
+    registered tools, when the caller fetched them already)."""
     if files is None:
         files = _indexed_files([version.pk])[version.pk]
+    if tools is None:
+        tools = registered_tools([version.pk])[version.pk]
     terms = search_terms(
         name=skill.name,
         description=version.description,
         frontmatter=version.frontmatter or {},
         files=files,
+        registered_tools=tools,
     )
     document = terms.document()
     return SkillIndexEntry(
@@ -141,9 +180,16 @@ def index_rebuild(*, batch_size: int = 500) -> int:
         skills = list(Skill.objects.exclude(current_version=None).select_related("current_version"))
         for start in range(0, len(skills), batch_size):
             chunk = skills[start : start + batch_size]
-            files = _indexed_files([s.current_version_id for s in chunk])  # type: ignore[misc]
+            ids = [s.current_version_id for s in chunk]
+            files = _indexed_files(ids)  # type: ignore[arg-type]
+            tools = registered_tools(ids)  # type: ignore[arg-type]
             entries = [
-                entry_build(skill=s, version=s.current_version, files=files[s.current_version_id])  # type: ignore[arg-type, index]
+                entry_build(
+                    skill=s,
+                    version=s.current_version,  # type: ignore[arg-type]
+                    files=files[s.current_version_id],  # type: ignore[index]
+                    tools=tools[s.current_version_id],  # type: ignore[index]
+                )
                 for s in chunk
             ]
             SkillIndexEntry.objects.bulk_create(entries)

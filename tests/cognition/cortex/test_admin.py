@@ -8,7 +8,14 @@ from django.test import Client
 from django.urls import reverse
 
 from cognition.cortex import record_acquired
-from cognition.models import Cortex, CortexCandidate, CortexLesson, CortexOutcome, CortexRegion
+from cognition.models import (
+    Cortex,
+    CortexCandidate,
+    CortexFollowUp,
+    CortexLesson,
+    CortexOutcome,
+    CortexRegion,
+)
 from skills.models import Policy
 from tests.skills.admin_support import APPROVER_PERMS, make_agent, make_user
 
@@ -36,13 +43,16 @@ def cortex(tmp_path):
     CortexLesson.objects.create(
         cortex=cortex, kind="env_ready", region=CortexRegion.objects.get(), key="SALES_TOKEN"
     )
-    CortexOutcome.objects.create(
+    outcome = CortexOutcome.objects.create(
         cortex=cortex,
         key="signal:1",
         skill_name="sales-report",
         success=True,
         weight_before=0.5,
         weight_after=0.575,
+    )
+    CortexFollowUp.objects.create(
+        cortex=cortex, outcome=outcome, action="release", skill_name="sales-report"
     )
     return cortex
 
@@ -64,6 +74,7 @@ def test_the_cortex_page_shows_regions_candidates_badges_and_lessons(cortex):
     assert "<td>local registry</td>" in html
     assert "<td>SALES_TOKEN</td>" in html
     assert "0.500 → 0.575" in html
+    assert "<td>release: pending, due " in html
     assert "Reset this cortex" not in html  # view only
 
 

@@ -201,16 +201,17 @@ def test_a_failed_run_of_a_cortex_skill_wakes_the_brain_with_its_recovery_rule(w
 
     _, signal = failed_run(world.alpha, policy, message="upstream answered 503, try later")
     brain = ScriptedLLM()
-    brain.add(reply_text("The service was down; I will try once more."))
+    brain.add(reply_text("The service was down; it is retried once by itself."))
 
     assert brain_wake_handle(signal_id=signal.pk, client=brain.client()) == "handled"
 
     event = Message.objects.filter(conversation=chat, role=MessageRole.EVENT).latest("id")
     assert event.text.endswith(
-        "[skill cortex: api_error of 'sales-report'. Wait 3 seconds and run it once more; "
-        "report if that fails too.]"
+        "[skill cortex: api_error of 'sales-report'. The cortex retries the run once by itself "
+        "in 3 s; tell the user, do not retry it.]"
     )
     assert event.event["cortex"]["recovery"]["wait_s"] == 3.0
+    assert (event.event["cortex"]["retry_in_s"], event.event["cortex"]["retried"]) == (3.0, False)
     assert event.event["cortex"]["weight_after"] == pytest.approx(0.45)
     # the hook delivered afterwards finds the outcome learned: nothing twice
     from cognition.cortex.hook import learn_from_signal

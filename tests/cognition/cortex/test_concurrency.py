@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 
 from cognition.cortex import learn, record_acquired
 from cognition.cortex.hook import outcome_key
@@ -14,17 +14,19 @@ from cognition.models import CortexCandidate, CortexOutcome
 from tests.skills.admin_support import APPROVER_PERMS, make_agent, make_user
 
 from .support import acquired_skill, failed_run, succeeded_run
+from .workers import policy_audit_flushable_fixture  # noqa: F401 - fixture
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# On SQLite the write lock serialises the updates; the policy audit rows the import wrote leave
+# before the flush (workers.policy_audit_flushable_fixture).
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("policy_audit_flushable_on_sqlite"),
+]
 
 THREADS = 8
 
 
 def test_simultaneous_outcomes_of_one_agent_are_all_learned(tmp_path):
-    if connection.vendor == "sqlite":
-        # It passes there too (the write lock serialises the updates), but a transactional
-        # test that imported a skill cannot be flushed on SQLite: its audit rows are immutable.
-        pytest.skip("transactional skill imports cannot be flushed on SQLite")
     olivia = make_user("olivia", perms=APPROVER_PERMS)
     agent = make_agent("scout", owner=olivia)
     policy = acquired_skill(tmp_path / "src", agent=agent, approver=olivia)
