@@ -44,7 +44,16 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-PG = "postgres://postgres@127.0.0.1:5432"
+from bench.motor_cpu import (  # noqa: E402 - after the path above
+    PG,
+    SCRIPT_APP,
+    Sampler,
+    counts_lines,
+    counts_read,
+    cpu_line,
+    machine_cpu,
+)
+
 _TASK = re.compile(r"bench (?P<tag>\S+) reads=(?P<reads>\d+)")
 
 
@@ -193,9 +202,18 @@ class Env:
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
     agents: Iterator[int] = iter(())
+    #: with --count: the file prefix the workers write their statement counts to
+    count_prefix: str = ""
 
     def child_env(self) -> dict[str, str]:
-        return {k: v for k, v in os.environ.items() if not k.startswith("CELERY_WORKER_")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("CELERY_WORKER_") and k != "PGAPPNAME"
+        }
+        if self.count_prefix:
+            env["BENCH_MOTOR_COUNT"] = self.count_prefix
+        return env
 
 
 def pg_admin(sql: str) -> None:
@@ -232,6 +250,8 @@ def environment(redis_db: int) -> Iterator[Env]:
                 "LLM_BASE_URL": stub.base_url,
                 "LLM_API_KEY": "stub",
                 "CELERY_TASK_ALWAYS_EAGER": "false",
+                # this script's own connections are not the system under test (bench.motor_cpu)
+                "PGAPPNAME": SCRIPT_APP,
             }
         )
         import django
@@ -790,112 +810,6 @@ def part3(env: Env, agents: int, iterations: int, shape: str) -> list[str]:
 
 
 @dataclass
-class Sampler:
-    """Peak RSS of the worker processes and of their sandbox descendants, read from /proc.
-
-    A child of a `threads` worker that still runs the worker's own program is a fork on its way
-    to exec bwrap (a session opening): its pages are the worker's, shared copy-on-write, so its
-    RSS is counted in neither sum (a prefork worker's children are its pool processes).
-    """
-
-    roots: list[int]
-    db_name: str
-    prefork: bool = False
-    peak_worker_kb: int = 0
-    peak_sandbox_kb: int = 0
-    peak_sandbox_procs: int = 0
-    peak_db_connections: int = 0
-    # pid -> (kind, first seen, last seen) CPU clock ticks (user + system) of the process
-    cpu_ticks: dict[int, tuple[str, int, int]] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        import psycopg
-
-        page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            while not self._stop.is_set():
-                parents: dict[int, int] = {}
-                info: dict[int, tuple[str, int]] = {}
-                ticks: dict[int, int] = {}
-                for entry in os.scandir("/proc"):
-                    if not entry.name.isdigit():
-                        continue
-                    try:
-                        stat = Path(f"/proc/{entry.name}/stat").read_text()
-                        statm = Path(f"/proc/{entry.name}/statm").read_text().split()
-                    except OSError:
-                        continue
-                    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-                    rest = stat[stat.rindex(")") + 2 :].split()
-                    ppid = int(rest[1])
-                    parents[int(entry.name)] = ppid
-                    ticks[int(entry.name)] = int(rest[11]) + int(rest[12])
-                    info[int(entry.name)] = (comm, int(statm[1]) * page_kb)
-                members = set(self.roots)
-                changed = True
-                while changed:
-                    changed = False
-                    for pid, ppid in parents.items():
-                        if ppid in members and pid not in members:
-                            members.add(pid)
-                            changed = True
-                worker_kb = sandbox_kb = procs = 0
-                for pid in members:
-                    if pid not in info:
-                        continue
-                    comm, kb = info[pid]
-                    # worker = the worker processes and their prefork children; everything
-                    # further down (bwrap, the helpers inside, even when they are python) is
-                    # the sandbox
-                    own_program = parents.get(pid) in self.roots and comm.startswith(
-                        ("python", "celery")
-                    )
-                    if own_program and not self.prefork:
-                        kind = "worker"  # a fork about to exec bwrap: CPU counted, RSS shared
-                    elif pid in self.roots or own_program:
-                        worker_kb += kb
-                        kind = "worker"
-                    else:
-                        sandbox_kb += kb
-                        procs += 1
-                        kind = "sandbox"
-                    seen = self.cpu_ticks.get(pid)
-                    first = seen[1] if seen else (ticks[pid] if pid in self.roots else 0)
-                    self.cpu_ticks[pid] = (kind, first, ticks[pid])
-                self.peak_worker_kb = max(self.peak_worker_kb, worker_kb)
-                self.peak_sandbox_kb = max(self.peak_sandbox_kb, sandbox_kb)
-                self.peak_sandbox_procs = max(self.peak_sandbox_procs, procs)
-                row = conn.execute(
-                    "select count(*) from pg_stat_activity where datname = %s", (self.db_name,)
-                ).fetchone()
-                self.peak_db_connections = max(self.peak_db_connections, int(row[0]) if row else 0)
-                self._stop.wait(0.25)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def cpu_seconds(self, kind: str) -> float:
-        """CPU time the processes of `kind` used while sampled (sandbox processes from their
-        start; a process that ended between two samples loses at most 0.25 s of its time)."""
-        hz = os.sysconf("SC_CLK_TCK")
-        return sum(last - first for k, first, last in self.cpu_ticks.values() if k == kind) / hz
-
-
-def machine_cpu() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    hz = os.sysconf("SC_CLK_TCK")
-    idle = fields[3] + fields[4]
-    return (sum(fields) - idle) / hz, sum(fields) / hz
-
-
-@dataclass
 class Outcome:
     config: str
     rate: float | None = None
@@ -905,28 +819,15 @@ class Outcome:
     sandbox_procs: int = 0
     db_connections: int = 0
     cpu: str = ""
+    #: CPU ms per iteration: the system under test's, the whole machine's
+    cpu_sut_ms: float | None = None
+    cpu_machine_ms: float | None = None
+    counts: list[str] = field(default_factory=list)
 
 
-def cpu_line(
-    sampler: Sampler,
-    iterations: int,
-    machine_before: tuple[float, float],
-    machine_after: tuple[float, float],
-    own_s: float,
-) -> str:
-    """CPU per iteration: worker processes, sandbox processes, this script, the whole machine."""
-    busy = machine_after[0] - machine_before[0]
-    total = machine_after[1] - machine_before[1]
-    per = 1000 / max(iterations, 1)
-    return (
-        f"CPU ms per iteration: workers {sampler.cpu_seconds('worker') * per:.1f}, "
-        f"sandbox {sampler.cpu_seconds('sandbox') * per:.1f}, this script (LLM stub, "
-        f"polling) {own_s * per:.1f}, whole machine {busy * per:.1f} "
-        f"({busy / total:.0%} of {os.cpu_count()} cores busy)"
-    )
-
-
-def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: float) -> Outcome:
+def slow_llm_case(
+    env: Env, config: str, agents: int, iterations: int, delay_s: float, tag: str = "p4"
+) -> Outcome:
     pool, shape = config.split(":")
     processes, concurrency = (int(x) for x in shape.split("x"))
     outcome = Outcome(config)
@@ -938,22 +839,28 @@ def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: 
         sampler = Sampler([w.pid for w in env.workers], env.db_name, prefork=pool == "prefork")
         say(f"measuring: {config}, {agents} agents x {iterations} iterations, LLM {delay_s} s ...")
         ids: list[str] = []
+        counted = counts_read(env.count_prefix) if env.count_prefix else None
         machine_before, own_before = machine_cpu(), sum(os.times()[:2])
         started = time.time()
         for i in range(agents):
             ids.append(
-                start_run(env, f"p4-{config}-{i}", reads=iterations - 1, iterations=iterations)
+                start_run(env, f"{tag}-{config}-{i}", reads=iterations - 1, iterations=iterations)
             )
         wait_finished(ids, 60 + agents * iterations * delay_s)
         machine_after, own_after = machine_cpu(), sum(os.times()[:2])
+        sampler.stop()
         done, failed, summary = check_runs(ids)
         took = last_completion(ids) - started
         outcome.rate = done / took
         outcome.detail = f"{done} iterations in {took:.1f} s; runs: {summary}"
         if failed:
             outcome.detail += f"; {failed} failed tool calls"
-        sampler.stop()
         outcome.cpu = cpu_line(sampler, done, machine_before, machine_after, own_after - own_before)
+        outcome.cpu_sut_ms = sampler.attributed() * 1000 / max(done, 1)
+        outcome.cpu_machine_ms = (machine_after[0] - machine_before[0]) * 1000 / max(done, 1)
+        if counted is not None:
+            time.sleep(0.5)  # the workers rewrite their counts every 0.25 s
+            outcome.counts = counts_lines(counted, counts_read(env.count_prefix), done)
     except Exception as exc:  # noqa: BLE001
         outcome.detail = f"n/a ({reason_of(exc)})"
     finally:
@@ -968,15 +875,25 @@ def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: 
     return outcome
 
 
-def part4(env: Env, configs: list[str], agents: int, iterations: int, delay_s: float) -> list[str]:
+def part4(
+    env: Env,
+    configs: list[str],
+    agents: int,
+    iterations: int,
+    delay_s: float,
+    *,
+    part: int = 4,
+) -> list[str]:
+    """Parts 4 and 5: `agents` runs of `iterations` at once, the LLM answering after `delay_s`,
+    once per worker shape in `configs`."""
     ideal = agents / delay_s
     lines = [
-        f"Part 4 - slow LLM ({delay_s:g} s per reply), {agents} agents x {iterations} iterations "
-        f"at once, one host; ideal {ideal:.0f} iterations/s"
+        f"Part {part} - slow LLM ({delay_s:g} s per reply), {agents} agents x {iterations} "
+        f"iterations at once, one host; ideal {ideal:.0f} iterations/s"
     ]
     outcomes = []
     for config in configs:
-        outcomes.append(slow_llm_case(env, config, agents, iterations, delay_s))
+        outcomes.append(slow_llm_case(env, config, agents, iterations, delay_s, tag=f"p{part}"))
         o = outcomes[-1]
         say(f"{config}: {fmt(o.rate, 1, 1)} iterations/s ({o.detail})")
     width = max(len(o.config) for o in outcomes)
@@ -996,6 +913,28 @@ def part4(env: Env, configs: list[str], agents: int, iterations: int, delay_s: f
         lines.append(f"    ({o.detail})")
         if o.cpu:
             lines.append(f"    ({o.cpu})")
+        lines += [f"    ({line})" for line in o.counts]
+    return lines
+
+
+def scale(env: Env, config: str, sizes: list[int], iterations: int, delay_s: float) -> list[str]:
+    """What it costs as it grows: part 4 at each number of agents, one worker shape."""
+    lines = [
+        f"Scale - {iterations} iterations per agent, LLM {delay_s:g} s, worker {config}",
+        f"  {'agents':>6}  {'iter/s':>7}  {'of ideal':>8}  {'CPU ms/iter (SUT)':>17}  "
+        f"{'(machine)':>9}  {'worker RSS MB':>13}  {'sandbox RSS MB':>14}  {'DB conns':>8}",
+    ]
+    for agents in sizes:
+        o = slow_llm_case(env, config, agents, iterations, delay_s, tag=f"s{agents}")
+        say(f"{agents} agents: {fmt(o.rate, 1, 1)} iterations/s ({o.detail})")
+        share = o.rate * delay_s / agents if o.rate is not None else None
+        lines.append(
+            f"  {agents:>6}  {fmt(o.rate, 7, 1)}  {fmt(share, 8)}  {fmt(o.cpu_sut_ms, 17, 1)}  "
+            f"{fmt(o.cpu_machine_ms, 9, 1)}  {fmt(o.worker_mb, 13, 0)}  "
+            f"{fmt(o.sandbox_mb, 14, 0)}  {o.db_connections:>8}"
+        )
+        if o.rate is None:
+            lines.append(f"    ({o.detail})")
     return lines
 
 
@@ -1038,7 +977,7 @@ def ratio_table(ratios: list[tuple[str, float | None, float | None, str, float]]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--parts", default="1,2,3,4", help="comma-separated parts to run")
+    parser.add_argument("--parts", default="1,2,3,4,5", help="comma-separated parts to run")
     parser.add_argument("--iterations", type=int, default=20, help="N of part 1 (default 20)")
     parser.add_argument("--repeats", type=int, default=3, help="part 1 runs of N (default 3)")
     parser.add_argument("--agents", type=int, default=100, help="agents of part 4 (default 100)")
@@ -1058,7 +997,26 @@ def main() -> int:
         help="part 4 worker shapes, pool:processes x concurrency (default threads:2x50,"
         "threads:1x100); PostgreSQL sees at most processes x MOTOR_DB_POOL_MAX_SIZE connections",
     )
-    parser.add_argument("--delay", type=float, default=1.0, help="part 4 LLM delay (s)")
+    parser.add_argument(
+        "--pools5",
+        default="threads:2x100",
+        help="part 5 worker shapes (default threads:2x100: two default worker processes)",
+    )
+    parser.add_argument("--agents5", type=int, default=200, help="agents of part 5 (default 200)")
+    parser.add_argument("--delay", type=float, default=1.0, help="parts 4 and 5 LLM delay (s)")
+    parser.add_argument(
+        "--scale",
+        default="",
+        metavar="SIZES",
+        help="instead of the parts: part 4 at each of these agent counts (e.g. 10,50,100,200) "
+        "with the worker shape of part 5",
+    )
+    parser.add_argument(
+        "--count",
+        action="store_true",
+        help="count the SQL statements and Redis commands the workers send per iteration "
+        "(parts 4 and 5; wraps the client libraries in the workers, so CPU reads higher)",
+    )
     parser.add_argument("--redis-db", type=int, default=13, help="Redis database (flushed)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, 30 agents")
     args = parser.parse_args()
@@ -1073,6 +1031,12 @@ def main() -> int:
 
     try:
         with environment(args.redis_db) as env:
+            if args.count:
+                env.count_prefix = str(env.data_dir / "counts")
+            if args.scale:
+                sizes = [int(n) for n in args.scale.split(",") if n.strip()]
+                show(scale(env, args.pools5.split(",")[0], sizes, 10, args.delay))
+                return 0
             if "1" in parts:
                 show(part1(env, args.iterations, repeats, args.worker))
             if "2" in parts:
@@ -1082,6 +1046,10 @@ def main() -> int:
             if "4" in parts:
                 configs = [c.strip() for c in args.pools.split(",") if c.strip()]
                 show(part4(env, configs, agents, 10, args.delay))
+            if "5" in parts:
+                configs = [c.strip() for c in args.pools5.split(",") if c.strip()]
+                agents5 = 60 if args.quick else args.agents5
+                show(part4(env, configs, agents5, 10, args.delay, part=5))
     except KeyboardInterrupt:
         print("interrupted; cleaned up", file=sys.stderr)
         return 130
