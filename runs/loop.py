@@ -5,7 +5,7 @@ iteration — one LLM call (outside any transaction), the requested tool calls o
 written as `intent` and committed, the call run outside a transaction, the result recorded under
 the fencing check) — until the run pauses or ends or the slice's time (MOTOR_SLICE_SECONDS) is up;
 then release the lease and enqueue the next slice on commit. Every write checks the fencing token
-first; the frequent ones are single statements (`runs.ledger`).
+first; the frequent ones are single statements (`runs.ledger`, `runs.fenced_write`).
 """
 
 from __future__ import annotations
@@ -49,12 +49,8 @@ from runs.lease import (
     default_owner,
     lease_release,
 )
-from runs.ledger import (
-    ledger_claim,
-    ledger_energy_level,
-    ledger_record_reply,
-    ledger_take_over,
-)
+from runs.ledger import ledger_energy_level, ledger_record_reply
+from runs.ledger_start import ledger_claim, ledger_take_over
 from runs.llm import LLMReply
 from runs.llm_request import _call_llm
 from runs.logcontext import log_context_bind, log_context_unbind
