@@ -69,11 +69,19 @@ def _claim_sql(with_token: bool, postgresql: bool) -> tuple[str, str, str]:
         f"SELECT {quote('id')}, {', '.join(sql_typed(f) for f in event_fields)} FROM {runs} "
         f"WHERE {quote('id')} = %s AND {owner_column} = %s AND {started} = %s"
     )
+    # with the run's agent and skill, as far as a slice reads them (its policy, its log lines)
+    agents, skills = (quote(model._meta.db_table) for model in (_agent_model(), _skill_model()))
     attempt = (
         "SELECT "  # noqa: S608 - quoted names
         + ", ".join(f"a.{quote(f.column)}" for f in Attempt._meta.concrete_fields)
+        + ", "
+        + ", ".join(f"g.{quote(f.column)}" for f in _agent_fields())
+        + ", "
+        + ", ".join(f"s.{quote(f.column)}" for f in _skill_fields())
         + f" FROM {attempts} a JOIN {runs} r ON a.{quote('run_id')} = r.{quote('id')} "
         f"AND a.{quote('index')} = r.{quote('current_attempt_index')} "
+        f"JOIN {agents} g ON g.{quote('id')} = r.{quote('agent_id')} "
+        f"LEFT JOIN {skills} s ON s.{quote('id')} = r.{quote('skill_id')} "
         f"WHERE r.{quote('id')} = %s AND r.{owner_column} = %s"
     )
     return claim, event, attempt
@@ -129,9 +137,42 @@ def ledger_claim(
     if not claimed or run_row is None or attempt_row is None:
         return None
     run = _hydrate(MotorRun, MotorRun._meta.concrete_fields, run_row)
-    attempt = _hydrate(Attempt, Attempt._meta.concrete_fields, attempt_row)
+    attempt_fields = Attempt._meta.concrete_fields
+    attempt = _hydrate(Attempt, attempt_fields, attempt_row[: len(attempt_fields)])
+    # run.agent (and run.skill) without a query of their own: only these fields are loaded,
+    # any other is read when first used, as with QuerySet.only()
+    rest = attempt_row[len(attempt_fields) :]
+    agent_fields, skill_fields = _agent_fields(), _skill_fields()
+    run_agent = MotorRun._meta.get_field("agent")
+    run_agent.set_cached_value(
+        run, _hydrate(_agent_model(), agent_fields, rest[: len(agent_fields)])
+    )
+    skill_row = rest[len(agent_fields) :]
+    if run.skill_id is not None and skill_row[0] is not None:
+        skill = _hydrate(_skill_model(), skill_fields, skill_row)
+        MotorRun._meta.get_field("skill").set_cached_value(run, skill)
     lease = Lease(run_id=run_id, token=run.lease_token, owner=owner, ttl=lease_ttl(run.timeout_s))
     return lease, run, attempt
+
+
+def _agent_model() -> Any:
+    # the runtime names no brain-side module: the run's own foreign key knows the table
+    return MotorRun._meta.get_field("agent").related_model
+
+
+def _skill_model() -> Any:
+    return MotorRun._meta.get_field("skill").related_model
+
+
+def _agent_fields() -> tuple[Any, ...]:
+    """The agent's fields a slice reads: its name (log lines) and trust level (its policy)."""
+    meta = _agent_model()._meta
+    return tuple(meta.get_field(name) for name in ("id", "name", "trust_level"))
+
+
+def _skill_fields() -> tuple[Any, ...]:
+    meta = _skill_model()._meta
+    return tuple(meta.get_field(name) for name in ("id", "name"))
 
 
 def _hydrate(model: type[Any], fields: Any, values: Any) -> Any:

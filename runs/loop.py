@@ -53,7 +53,12 @@ from runs.ledger import ledger_energy_level, ledger_record_reply
 from runs.ledger_start import ledger_claim, ledger_take_over
 from runs.llm import LLMReply
 from runs.llm_request import _call_llm
-from runs.logcontext import log_context_bind, log_context_unbind
+from runs.logcontext import (
+    log_context_bind,
+    log_context_bind_claimed,
+    log_context_bind_run,
+    log_context_unbind,
+)
 from runs.metrics import ITERATIONS
 from runs.models import (
     ACTIVE_STATUSES,
@@ -132,8 +137,11 @@ def run_step(
         slice_after_database_loss(run_id=run_id, owner=owner, error=exc)
         return SliceOutcome.DATABASE_LOST
     if claimed is None:
+        # rare (a duplicate or late message): the log lines still name the run's agent
+        log_context_bind_run(run_id)
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
     lease, run, attempt = claimed
+    log_context_bind_claimed(run, attempt)
     outcome: SliceOutcome | None = None
     try:
         # one resolution per slice: the missing-credential check, the reply's redaction and each
