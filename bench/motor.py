@@ -802,7 +802,7 @@ def part3(env: Env, agents: int, iterations: int, shape: str) -> list[str]:
     lines.append(f"  Celery no-op tasks per second      {fmt(celery)}")
     if cpu:
         lines.append(f"    ({cpu})")
-    lines += ratio_table([("motor iterations/s / Celery no-op tasks/s", motor, celery, ">=", 0.3)])
+    lines += ratio_table([("motor iterations/s / Celery no-op tasks/s", motor, celery, ">=", 0.4)])
     return lines
 
 
