@@ -97,16 +97,32 @@ def _charge_sql(postgresql: bool) -> str:
     )
 
 
-def ledger_energy_level(agent_id: int) -> float:
-    """The energy agent `agent_id` has now (0.0 when it no longer exists). One read."""
-    sql = (
+#: the attribute of a run object holding the energy its last result write read (once)
+_READ_AHEAD = "_energy_read_with_result"
+
+
+def _energy_read_sql() -> str:
+    """An agent's energy now; parameters: the regeneration per hour, the agent's id."""
+    return (
         f"SELECT {_energy_level_sql(on_postgresql())} "  # noqa: S608 - quoted model names
         f"FROM {quote(_agent_model()._meta.db_table)} WHERE {quote('id')} = %s"
     )
-    with db_connection().cursor() as cursor:
-        cursor.execute(sql, [_regen_per_hour(), agent_id])
-        row = cursor.fetchone()
+
+
+def _level(row: Any) -> float:
     return round(float(row[0]), 6) if row else 0.0
+
+
+def ledger_energy_level(agent_id: int, *, run: MotorRun | None = None) -> float:
+    """The energy agent `agent_id` has now (0.0 when it no longer exists). One read, unless
+    `run` (the agent's run) holds the level its last result write read (`ledger_record_result`
+    with `energy_of`), the statement before this question: that level is taken, once."""
+    if run is not None and _READ_AHEAD in run.__dict__:
+        return float(run.__dict__.pop(_READ_AHEAD))
+    with db_connection().cursor() as cursor:
+        cursor.execute(_energy_read_sql(), [_regen_per_hour(), agent_id])
+        row = cursor.fetchone()
+    return _level(row)
 
 
 def _regen_per_hour() -> float:
@@ -259,10 +275,13 @@ def ledger_record_result(
     *,
     release: bool,
     audit: Any = None,
+    energy_of: MotorRun | None = None,
 ) -> None:
     """Mark `step` done with `result`, append `tool_message` to the attempt, and reset the
     unfinished-slice count; with `release`, also free the lease (the slice ends here). With
-    `audit` (an unsaved `ToolCallAudit`), its row is inserted by the same write.
+    `audit` (an unsaved `ToolCallAudit`), its row is inserted by the same write. With
+    `energy_of` (the run, going on in this slice), the write also reads its agent's energy for
+    the next iteration's check (`ledger_energy_level` with `run`).
 
     The in-memory `step` and `attempt` are updated once the write succeeded. Queuing the next
     slice after a release is the caller's.
@@ -286,12 +305,18 @@ def ledger_record_result(
     ]
     if audit is not None:
         statements.append(_insert_audit(lease, audit))
-    fenced(
+    if energy_of is not None:
+        # the next iteration's energy check, read by this write rather than by a round trip
+        # of its own right after it
+        statements.append((_energy_read_sql(), [_regen_per_hour(), energy_of.agent_id], True))
+    results = fenced(
         lease,
         statements,
         release=release,
         durable=False,
     )
+    if energy_of is not None:
+        setattr(energy_of, _READ_AHEAD, _level(results[-1][1]))
     step.state = StepState.DONE
     step.result = result
     step.duration_ms = duration_ms

@@ -357,7 +357,7 @@ def _run_iteration(
         # cannot pay it stops here, before the model is asked.
         charge = run_rates(run).iteration_cost(run.iterations + 1)
         if charge > 0:
-            level = ledger_energy_level(run.agent_id)
+            level = ledger_energy_level(run.agent_id, run=run)
             if level < charge:
                 return run_fail_out_of_energy(
                     lease, run, attempt, level=level, charge=charge, actor=actor
