@@ -2,9 +2,10 @@
 
 Run by hand (root, on the machine with PostgreSQL, Redis and bwrap):
 
-    uv run python -m bench.motor                 # all four parts
+    uv run python -m bench.motor                 # all five parts
     uv run python -m bench.motor --parts 1,2     # only some parts
-    uv run python -m bench.motor --quick         # fewer repetitions, a smaller part 4
+    uv run python -m bench.motor --quick         # fewer repetitions, smaller parts 4 and 5
+    uv run python -m bench.motor --scale 10,50   # part 4 at each number of agents
 
 The script creates its own PostgreSQL database (motor_bench_<pid>, dropped on exit), uses one
 Redis database (--redis-db, flushed before and after), serves the LLM from a local stub server
@@ -21,32 +22,40 @@ the Step (`duration_ms`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-PG = "postgres://postgres@127.0.0.1:5432"
-_TASK = re.compile(r"bench (?P<tag>\S+) reads=(?P<reads>\d+)")
-
+from bench.motor_cpu import (  # noqa: E402 - after the path above
+    Sampler,
+    counts_lines,
+    counts_read,
+    cpu_line,
+    machine_cpu,
+)
+from bench.motor_env import (  # noqa: E402 - after the path above
+    Env,
+    check_runs,
+    environment,
+    last_completion,
+    require_completed,
+    say,
+    start_run,
+    start_workers,
+    stop_workers,
+    wait_finished,
+    workspace,
+)
 
 # ------------------------------------------------------------------------------ statistics
 
@@ -70,394 +79,6 @@ def reason_of(exc: BaseException) -> str:
     if os.environ.get("BENCH_DEBUG"):
         traceback.print_exc()
     return f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:140]
-
-
-def say(message: str) -> None:
-    print(f"  {message}", file=sys.stderr, flush=True)
-
-
-# ------------------------------------------------------------------------------ the stub LLM
-
-
-@dataclass
-class Served:
-    tag: str
-    tools_seen: int  # tool results in the request = read calls already made by the run
-    received: float  # perf_counter() in this process
-    answered: float
-
-
-class StubLLM:
-    """A stateless OpenAI-compatible chat server: the task text says how many reads to ask for.
-
-    The task of a run reads ``bench <tag> reads=<k>``; while the conversation holds fewer than k
-    tool results the reply asks for `read notes.txt`, then it answers in text. Each request is
-    held for `delay_s` (the slow-LLM case). One thread per connection, a deep listen backlog and
-    HTTP/1.1 keep-alive, so a hundred workers can wait on it at once.
-    """
-
-    def __init__(self) -> None:
-        self.delay_s = 0.0
-        self.served: list[Served] = []
-        self._lock = threading.Lock()
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            # Headers and body go out in two writes; with Nagle's algorithm on, the body would
-            # wait for the client's delayed ACK of the headers (about 40 ms) after the stub had
-            # stamped its answer, and that wait would be counted as orchestration overhead.
-            disable_nagle_algorithm = True
-
-            arrived = 0.0
-
-            def parse_request(self) -> bool:
-                # The request line has been read: the request has arrived. (The time the stub
-                # then spends parsing headers is its own, not the caller's.)
-                self.arrived = time.perf_counter()
-                return super().parse_request()
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                received = self.arrived
-                length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                answer, tag, seen = stub.answer(body)
-                if stub.delay_s:
-                    time.sleep(stub.delay_s)
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                self.wfile.flush()
-                with stub._lock:
-                    stub.served.append(Served(tag, seen, received, time.perf_counter()))
-
-            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-                return
-
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 1024
-
-        self._server = Server(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def answer(self, body: dict[str, Any]) -> tuple[dict[str, Any], str, int]:
-        from runs.llm import chat_completion_body
-
-        messages = body.get("messages") or []
-        task = next((str(m.get("content")) for m in messages if m.get("role") == "user"), "")
-        match = _TASK.search(task)
-        tag, reads = (match["tag"], int(match["reads"])) if match else ("?", 0)
-        seen = sum(1 for m in messages if m.get("role") == "tool")
-        if seen < reads:
-            call = {
-                "id": f"call_{seen}",
-                "type": "function",
-                "function": {"name": "read", "arguments": json.dumps({"path": "notes.txt"})},
-            }
-            return chat_completion_body(tool_calls=[call], model="stub"), tag, seen
-        return chat_completion_body(content="done", model="stub"), tag, seen
-
-    def of(self, tag: str) -> list[Served]:
-        with self._lock:
-            return sorted((s for s in self.served if s.tag == tag), key=lambda s: s.tools_seen)
-
-    def first_request(self, tag: str) -> Served | None:
-        with self._lock:
-            return next((s for s in self.served if s.tag == tag), None)
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
-# ------------------------------------------------------------------------------ environment
-
-
-@dataclass
-class Env:
-    db_name: str
-    db_url: str
-    redis_url: str
-    data_dir: Path
-    stub: StubLLM
-    workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    logs: list[Path] = field(default_factory=list)
-    agents: Iterator[int] = iter(())
-
-    def child_env(self) -> dict[str, str]:
-        return {k: v for k, v in os.environ.items() if not k.startswith("CELERY_WORKER_")}
-
-
-def pg_admin(sql: str) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(sql)
-
-
-@contextmanager
-def environment(redis_db: int) -> Iterator[Env]:
-    """A fresh database and Redis db, the stub LLM, Django set up in this process; all undone."""
-    from cryptography.fernet import Fernet
-
-    name = f"motor_bench_{os.getpid()}"
-    data_dir = Path(tempfile.mkdtemp(prefix="motor-bench-"))
-    stub = StubLLM()
-    redis_url = f"redis://127.0.0.1:6379/{redis_db}"
-    pg_admin(f'CREATE DATABASE "{name}"')
-    env = Env(name, f"{PG}/{name}", redis_url, data_dir, stub)
-    try:
-        os.environ.update(
-            {
-                "DJANGO_SETTINGS_MODULE": "config.settings",
-                "DATABASE_URL": env.db_url,
-                "REDIS_URL": redis_url,
-                "CELERY_BROKER_URL": redis_url,
-                "CELERY_RESULT_BACKEND": redis_url,
-                "SECRET_KEY": "bench-only-secret",
-                "DEBUG": "false",
-                "ALLOWED_HOSTS": "localhost,127.0.0.1",
-                "MOTOR_CREDENTIALS_KEY": Fernet.generate_key().decode(),
-                "MOTOR_DATA_DIR": str(data_dir),
-                "LLM_BASE_URL": stub.base_url,
-                "LLM_API_KEY": "stub",
-                "CELERY_TASK_ALWAYS_EAGER": "false",
-            }
-        )
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        say(f"migrating {name} ...")
-        call_command("migrate", verbosity=0)
-        redis_flush(redis_url)
-        env.agents = agent_ids()
-        yield env
-    finally:
-        stop_workers(env)
-        stub.stop()
-        try:
-            from django.db import connections
-
-            connections.close_all()
-        except Exception:  # noqa: BLE001 - cleanup goes on
-            pass
-        try:
-            redis_flush(redis_url)
-        except Exception as exc:  # noqa: BLE001
-            say(f"could not flush {redis_url}: {exc}")
-        try:
-            pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        except Exception as exc:  # noqa: BLE001
-            say(f"could not drop database {name}: {exc}")
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def redis_flush(url: str) -> None:
-    import redis
-
-    redis.Redis.from_url(url).flushdb()
-
-
-def agent_ids() -> Iterator[int]:
-    """Fresh agents on demand (one active run per agent)."""
-    from django.contrib.auth import get_user_model
-
-    from cognition.models import Agent
-
-    owner = get_user_model().objects.create_user(username="bench-owner", password=None)
-    number = 0
-    while True:
-        batch = Agent.objects.bulk_create(
-            [Agent(name=f"bench-{number + i}", owner=owner) for i in range(50)]
-        )
-        number += 50
-        yield from (agent.pk for agent in batch)
-
-
-def workspace(env: Env) -> str:
-    # inside MOTOR_WORKSPACES_DIR (the data dir's default): the only place a run's workspace may be
-    root = Path(env.data_dir) / "workspaces"
-    root.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="ws-", dir=root))
-    (path / "notes.txt").write_text("benchmark notes\n" * 4)
-    return str(path)
-
-
-# ------------------------------------------------------------------------------ workers
-
-
-def start_workers(env: Env, *, pool: str, processes: int, concurrency: int) -> None:
-    """`processes` worker instances of `pool` with `concurrency` each; waits until all answer."""
-    stop_workers(env)
-    names = []
-    for index in range(processes):
-        name = f"bench{index}-{os.getpid()}@%h"
-        log = env.data_dir / f"worker-{pool}-{index}-{time.monotonic_ns()}.log"
-        env.logs.append(log)
-        handle = log.open("w")
-        child_env = env.child_env()
-        # The setting as well as --pool: Celery takes a configured pool over --pool=prefork.
-        child_env["CELERY_WORKER_POOL"] = pool
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "-I",
-            "bench._motor_tasks",
-        ]
-        argv += [f"--pool={pool}", f"--concurrency={concurrency}", "--loglevel=WARNING"]
-        argv += ["--without-gossip", "--without-mingle", "--without-heartbeat", "-n", name]
-        env.workers.append(
-            subprocess.Popen(
-                argv,
-                cwd=REPO,
-                env=child_env,
-                stdout=handle,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        )
-        handle.close()
-        names.append(name.split("@")[0])
-    from config.celery import app
-
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        for process, log in zip(env.workers, env.logs[-processes:], strict=True):
-            if process.poll() is not None:
-                tail = log.read_text()[-600:]
-                raise RuntimeError(f"a worker exited with {process.returncode}: {tail}")
-        replies = app.control.ping(timeout=1.0) or []
-        answered = {next(iter(r)).split("@")[0] for r in replies}
-        if all(n in answered for n in names):
-            # warm each process (imports, first connections) before anything is timed
-            for _ in range(processes * max(2, min(concurrency, 8))):
-                app.send_task("bench.noop").get(timeout=30)
-            return
-    raise RuntimeError(f"workers {names} did not answer a ping within 90 s")
-
-
-def stop_workers(env: Env) -> None:
-    for process in env.workers:
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-    for process in env.workers:
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    env.workers.clear()
-
-
-# ------------------------------------------------------------------------------ runs
-
-
-def start_run(
-    env: Env, tag: str, *, reads: int, iterations: int, prepared: tuple[int, str] | None = None
-) -> str:
-    """Start a bench run; `prepared` is (agent id, workspace) made beforehand, outside a timing."""
-    from runs.services import run_start
-
-    agent_id, path = prepared if prepared is not None else (next(env.agents), workspace(env))
-    return run_start(
-        agent_id=agent_id,
-        task=f"bench {tag} reads={reads}",
-        tools=["read"],
-        workspace=path,
-        max_iterations=iterations,
-        actor="bench",
-    )["run_id"]
-
-
-def wait_finished(run_ids: list[str], timeout_s: float, stall_s: float = 90.0) -> float:
-    """Blocks until every run is terminal; returns perf_counter() when that was seen.
-
-    Gives up after `timeout_s`, or after `stall_s` without a single new iteration (a lost
-    message or a worker that cannot reach the database would otherwise hang the benchmark).
-    """
-    from django.db.models import Sum
-
-    from runs.models import TERMINAL_STATUSES, Attempt, MotorRun
-
-    deadline = time.monotonic() + timeout_s
-    progress, moved = -1, time.monotonic()
-    done = 0
-    while time.monotonic() < deadline:
-        done = MotorRun.objects.filter(pk__in=run_ids, status__in=TERMINAL_STATUSES).count()
-        if done == len(run_ids):
-            return time.perf_counter()
-        now_progress = Attempt.objects.filter(run_id__in=run_ids).aggregate(n=Sum("iteration"))
-        current = int(now_progress["n"] or 0) + done
-        if current != progress:
-            progress, moved = current, time.monotonic()
-        elif time.monotonic() - moved > stall_s:
-            raise RuntimeError(
-                f"stalled: {len(run_ids) - done} of {len(run_ids)} runs made no progress in "
-                f"{stall_s:.0f} s (see the worker logs)"
-            )
-        time.sleep(0.02 if len(run_ids) < 20 else 0.2)
-    raise RuntimeError(
-        f"{len(run_ids) - done} of {len(run_ids)} runs unfinished after {timeout_s}s"
-    )
-
-
-def last_completion(run_ids: list[str]) -> float:
-    """When the last of the finished runs completed (epoch seconds, stamped by the worker): the
-    end of the work itself, not the moment a poll noticed it."""
-    from django.db.models import Max
-
-    from runs.models import MotorRun
-
-    last = MotorRun.objects.filter(pk__in=run_ids).aggregate(at=Max("completed_at"))["at"]
-    if last is None:
-        raise RuntimeError("no run has a completion time")
-    return float(last.timestamp())
-
-
-def check_runs(run_ids: list[str]) -> tuple[int, int, str]:
-    """(LLM iterations, failed tool calls, status summary) of finished runs."""
-    from django.db.models import Sum
-
-    from runs.models import Attempt, MotorRun, Step
-
-    iterations = Attempt.objects.filter(run_id__in=run_ids).aggregate(n=Sum("iteration"))["n"]
-    failed = sum(
-        1
-        for result in Step.objects.filter(attempt__run_id__in=run_ids).values_list(
-            "result", flat=True
-        )
-        if not (result or {}).get("ok")
-    )
-    statuses: dict[str, int] = {}
-    for status in MotorRun.objects.filter(pk__in=run_ids).values_list("status", flat=True):
-        statuses[status] = statuses.get(status, 0) + 1
-    return int(iterations or 0), failed, ", ".join(f"{k} {v}" for k, v in sorted(statuses.items()))
-
-
-def require_completed(run_ids: list[str]) -> tuple[int, int, str]:
-    iterations, failed, summary = check_runs(run_ids)
-    if not summary.startswith("completed") or "," in summary:
-        raise RuntimeError(f"runs did not all complete: {summary}")
-    return iterations, failed, summary
 
 
 # ------------------------------------------------------------------------------ part 1
@@ -782,117 +403,11 @@ def part3(env: Env, agents: int, iterations: int, shape: str) -> list[str]:
     lines.append(f"  Celery no-op tasks per second      {fmt(celery)}")
     if cpu:
         lines.append(f"    ({cpu})")
-    lines += ratio_table([("motor iterations/s / Celery no-op tasks/s", motor, celery, ">=", 0.3)])
+    lines += ratio_table([("motor iterations/s / Celery no-op tasks/s", motor, celery, ">=", 0.4)])
     return lines
 
 
 # ------------------------------------------------------------------------------ part 4
-
-
-@dataclass
-class Sampler:
-    """Peak RSS of the worker processes and of their sandbox descendants, read from /proc.
-
-    A child of a `threads` worker that still runs the worker's own program is a fork on its way
-    to exec bwrap (a session opening): its pages are the worker's, shared copy-on-write, so its
-    RSS is counted in neither sum (a prefork worker's children are its pool processes).
-    """
-
-    roots: list[int]
-    db_name: str
-    prefork: bool = False
-    peak_worker_kb: int = 0
-    peak_sandbox_kb: int = 0
-    peak_sandbox_procs: int = 0
-    peak_db_connections: int = 0
-    # pid -> (kind, first seen, last seen) CPU clock ticks (user + system) of the process
-    cpu_ticks: dict[int, tuple[str, int, int]] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        import psycopg
-
-        page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            while not self._stop.is_set():
-                parents: dict[int, int] = {}
-                info: dict[int, tuple[str, int]] = {}
-                ticks: dict[int, int] = {}
-                for entry in os.scandir("/proc"):
-                    if not entry.name.isdigit():
-                        continue
-                    try:
-                        stat = Path(f"/proc/{entry.name}/stat").read_text()
-                        statm = Path(f"/proc/{entry.name}/statm").read_text().split()
-                    except OSError:
-                        continue
-                    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-                    rest = stat[stat.rindex(")") + 2 :].split()
-                    ppid = int(rest[1])
-                    parents[int(entry.name)] = ppid
-                    ticks[int(entry.name)] = int(rest[11]) + int(rest[12])
-                    info[int(entry.name)] = (comm, int(statm[1]) * page_kb)
-                members = set(self.roots)
-                changed = True
-                while changed:
-                    changed = False
-                    for pid, ppid in parents.items():
-                        if ppid in members and pid not in members:
-                            members.add(pid)
-                            changed = True
-                worker_kb = sandbox_kb = procs = 0
-                for pid in members:
-                    if pid not in info:
-                        continue
-                    comm, kb = info[pid]
-                    # worker = the worker processes and their prefork children; everything
-                    # further down (bwrap, the helpers inside, even when they are python) is
-                    # the sandbox
-                    own_program = parents.get(pid) in self.roots and comm.startswith(
-                        ("python", "celery")
-                    )
-                    if own_program and not self.prefork:
-                        kind = "worker"  # a fork about to exec bwrap: CPU counted, RSS shared
-                    elif pid in self.roots or own_program:
-                        worker_kb += kb
-                        kind = "worker"
-                    else:
-                        sandbox_kb += kb
-                        procs += 1
-                        kind = "sandbox"
-                    seen = self.cpu_ticks.get(pid)
-                    first = seen[1] if seen else (ticks[pid] if pid in self.roots else 0)
-                    self.cpu_ticks[pid] = (kind, first, ticks[pid])
-                self.peak_worker_kb = max(self.peak_worker_kb, worker_kb)
-                self.peak_sandbox_kb = max(self.peak_sandbox_kb, sandbox_kb)
-                self.peak_sandbox_procs = max(self.peak_sandbox_procs, procs)
-                row = conn.execute(
-                    "select count(*) from pg_stat_activity where datname = %s", (self.db_name,)
-                ).fetchone()
-                self.peak_db_connections = max(self.peak_db_connections, int(row[0]) if row else 0)
-                self._stop.wait(0.25)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def cpu_seconds(self, kind: str) -> float:
-        """CPU time the processes of `kind` used while sampled (sandbox processes from their
-        start; a process that ended between two samples loses at most 0.25 s of its time)."""
-        hz = os.sysconf("SC_CLK_TCK")
-        return sum(last - first for k, first, last in self.cpu_ticks.values() if k == kind) / hz
-
-
-def machine_cpu() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine since boot, from /proc/stat."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    hz = os.sysconf("SC_CLK_TCK")
-    idle = fields[3] + fields[4]
-    return (sum(fields) - idle) / hz, sum(fields) / hz
 
 
 @dataclass
@@ -905,28 +420,15 @@ class Outcome:
     sandbox_procs: int = 0
     db_connections: int = 0
     cpu: str = ""
+    #: CPU ms per iteration: the system under test's, the whole machine's
+    cpu_sut_ms: float | None = None
+    cpu_machine_ms: float | None = None
+    counts: list[str] = field(default_factory=list)
 
 
-def cpu_line(
-    sampler: Sampler,
-    iterations: int,
-    machine_before: tuple[float, float],
-    machine_after: tuple[float, float],
-    own_s: float,
-) -> str:
-    """CPU per iteration: worker processes, sandbox processes, this script, the whole machine."""
-    busy = machine_after[0] - machine_before[0]
-    total = machine_after[1] - machine_before[1]
-    per = 1000 / max(iterations, 1)
-    return (
-        f"CPU ms per iteration: workers {sampler.cpu_seconds('worker') * per:.1f}, "
-        f"sandbox {sampler.cpu_seconds('sandbox') * per:.1f}, this script (LLM stub, "
-        f"polling) {own_s * per:.1f}, whole machine {busy * per:.1f} "
-        f"({busy / total:.0%} of {os.cpu_count()} cores busy)"
-    )
-
-
-def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: float) -> Outcome:
+def slow_llm_case(
+    env: Env, config: str, agents: int, iterations: int, delay_s: float, tag: str = "p4"
+) -> Outcome:
     pool, shape = config.split(":")
     processes, concurrency = (int(x) for x in shape.split("x"))
     outcome = Outcome(config)
@@ -938,22 +440,28 @@ def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: 
         sampler = Sampler([w.pid for w in env.workers], env.db_name, prefork=pool == "prefork")
         say(f"measuring: {config}, {agents} agents x {iterations} iterations, LLM {delay_s} s ...")
         ids: list[str] = []
+        counted = counts_read(env.count_prefix) if env.count_prefix else None
         machine_before, own_before = machine_cpu(), sum(os.times()[:2])
         started = time.time()
         for i in range(agents):
             ids.append(
-                start_run(env, f"p4-{config}-{i}", reads=iterations - 1, iterations=iterations)
+                start_run(env, f"{tag}-{config}-{i}", reads=iterations - 1, iterations=iterations)
             )
         wait_finished(ids, 60 + agents * iterations * delay_s)
         machine_after, own_after = machine_cpu(), sum(os.times()[:2])
+        sampler.stop()
         done, failed, summary = check_runs(ids)
         took = last_completion(ids) - started
         outcome.rate = done / took
         outcome.detail = f"{done} iterations in {took:.1f} s; runs: {summary}"
         if failed:
             outcome.detail += f"; {failed} failed tool calls"
-        sampler.stop()
         outcome.cpu = cpu_line(sampler, done, machine_before, machine_after, own_after - own_before)
+        outcome.cpu_sut_ms = sampler.attributed() * 1000 / max(done, 1)
+        outcome.cpu_machine_ms = (machine_after[0] - machine_before[0]) * 1000 / max(done, 1)
+        if counted is not None:
+            time.sleep(0.5)  # the workers rewrite their counts every 0.25 s
+            outcome.counts = counts_lines(counted, counts_read(env.count_prefix), done)
     except Exception as exc:  # noqa: BLE001
         outcome.detail = f"n/a ({reason_of(exc)})"
     finally:
@@ -968,15 +476,25 @@ def slow_llm_case(env: Env, config: str, agents: int, iterations: int, delay_s: 
     return outcome
 
 
-def part4(env: Env, configs: list[str], agents: int, iterations: int, delay_s: float) -> list[str]:
+def part4(
+    env: Env,
+    configs: list[str],
+    agents: int,
+    iterations: int,
+    delay_s: float,
+    *,
+    part: int = 4,
+) -> list[str]:
+    """Parts 4 and 5: `agents` runs of `iterations` at once, the LLM answering after `delay_s`,
+    once per worker shape in `configs`."""
     ideal = agents / delay_s
     lines = [
-        f"Part 4 - slow LLM ({delay_s:g} s per reply), {agents} agents x {iterations} iterations "
-        f"at once, one host; ideal {ideal:.0f} iterations/s"
+        f"Part {part} - slow LLM ({delay_s:g} s per reply), {agents} agents x {iterations} "
+        f"iterations at once, one host; ideal {ideal:.0f} iterations/s"
     ]
     outcomes = []
     for config in configs:
-        outcomes.append(slow_llm_case(env, config, agents, iterations, delay_s))
+        outcomes.append(slow_llm_case(env, config, agents, iterations, delay_s, tag=f"p{part}"))
         o = outcomes[-1]
         say(f"{config}: {fmt(o.rate, 1, 1)} iterations/s ({o.detail})")
     width = max(len(o.config) for o in outcomes)
@@ -996,6 +514,28 @@ def part4(env: Env, configs: list[str], agents: int, iterations: int, delay_s: f
         lines.append(f"    ({o.detail})")
         if o.cpu:
             lines.append(f"    ({o.cpu})")
+        lines += [f"    ({line})" for line in o.counts]
+    return lines
+
+
+def scale(env: Env, config: str, sizes: list[int], iterations: int, delay_s: float) -> list[str]:
+    """What it costs as it grows: part 4 at each number of agents, one worker shape."""
+    lines = [
+        f"Scale - {iterations} iterations per agent, LLM {delay_s:g} s, worker {config}",
+        f"  {'agents':>6}  {'iter/s':>7}  {'of ideal':>8}  {'CPU ms/iter (SUT)':>17}  "
+        f"{'(machine)':>9}  {'worker RSS MB':>13}  {'sandbox RSS MB':>14}  {'DB conns':>8}",
+    ]
+    for agents in sizes:
+        o = slow_llm_case(env, config, agents, iterations, delay_s, tag=f"s{agents}")
+        say(f"{agents} agents: {fmt(o.rate, 1, 1)} iterations/s ({o.detail})")
+        share = o.rate * delay_s / agents if o.rate is not None else None
+        lines.append(
+            f"  {agents:>6}  {fmt(o.rate, 7, 1)}  {fmt(share, 8)}  {fmt(o.cpu_sut_ms, 17, 1)}  "
+            f"{fmt(o.cpu_machine_ms, 9, 1)}  {fmt(o.worker_mb, 13, 0)}  "
+            f"{fmt(o.sandbox_mb, 14, 0)}  {o.db_connections:>8}"
+        )
+        if o.rate is None:
+            lines.append(f"    ({o.detail})")
     return lines
 
 
@@ -1038,7 +578,7 @@ def ratio_table(ratios: list[tuple[str, float | None, float | None, str, float]]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--parts", default="1,2,3,4", help="comma-separated parts to run")
+    parser.add_argument("--parts", default="1,2,3,4,5", help="comma-separated parts to run")
     parser.add_argument("--iterations", type=int, default=20, help="N of part 1 (default 20)")
     parser.add_argument("--repeats", type=int, default=3, help="part 1 runs of N (default 3)")
     parser.add_argument("--agents", type=int, default=100, help="agents of part 4 (default 100)")
@@ -1058,7 +598,26 @@ def main() -> int:
         help="part 4 worker shapes, pool:processes x concurrency (default threads:2x50,"
         "threads:1x100); PostgreSQL sees at most processes x MOTOR_DB_POOL_MAX_SIZE connections",
     )
-    parser.add_argument("--delay", type=float, default=1.0, help="part 4 LLM delay (s)")
+    parser.add_argument(
+        "--pools5",
+        default="threads:2x100",
+        help="part 5 worker shapes (default threads:2x100: two default worker processes)",
+    )
+    parser.add_argument("--agents5", type=int, default=200, help="agents of part 5 (default 200)")
+    parser.add_argument("--delay", type=float, default=1.0, help="parts 4 and 5 LLM delay (s)")
+    parser.add_argument(
+        "--scale",
+        default="",
+        metavar="SIZES",
+        help="instead of the parts: part 4 at each of these agent counts (e.g. 10,50,100,200) "
+        "with the worker shape of part 5",
+    )
+    parser.add_argument(
+        "--count",
+        action="store_true",
+        help="count the SQL statements and Redis commands the workers send per iteration "
+        "(parts 4 and 5; wraps the client libraries in the workers, so CPU reads higher)",
+    )
     parser.add_argument("--redis-db", type=int, default=13, help="Redis database (flushed)")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, 30 agents")
     args = parser.parse_args()
@@ -1073,6 +632,12 @@ def main() -> int:
 
     try:
         with environment(args.redis_db) as env:
+            if args.count:
+                env.count_prefix = str(env.data_dir / "counts")
+            if args.scale:
+                sizes = [int(n) for n in args.scale.split(",") if n.strip()]
+                show(scale(env, args.pools5.split(",")[0], sizes, 10, args.delay))
+                return 0
             if "1" in parts:
                 show(part1(env, args.iterations, repeats, args.worker))
             if "2" in parts:
@@ -1082,6 +647,10 @@ def main() -> int:
             if "4" in parts:
                 configs = [c.strip() for c in args.pools.split(",") if c.strip()]
                 show(part4(env, configs, agents, 10, args.delay))
+            if "5" in parts:
+                configs = [c.strip() for c in args.pools5.split(",") if c.strip()]
+                agents5 = 60 if args.quick else args.agents5
+                show(part4(env, configs, agents5, 10, args.delay, part=5))
     except KeyboardInterrupt:
         print("interrupted; cleaned up", file=sys.stderr)
         return 130

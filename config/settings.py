@@ -204,12 +204,14 @@ CELERY_TASK_ACKS_LATE = False  # opted into per task, only where the task is ide
 # How a worker waits on the LLM. A slice spends almost all its time waiting (LLM reply, sandbox
 # call) with no database connection held, so "threads" keeps many slices waiting in one process;
 # "prefork" blocks a whole process per slice (README, "Design notes"). Concurrency is the number
-# of threads (threads) or child processes (prefork).
+# of threads (threads) or child processes (prefork). A slice holds its thread while the model
+# answers, so a threads worker carries at most that many runs at once: 100 threads per process
+# (one process per core) let two cores carry 200 runs at a 1 s model (bench/motor.py part 5).
 CELERY_WORKER_POOL = env.str("CELERY_WORKER_POOL", default="threads")
 CELERY_WORKER_CONCURRENCY = (
     int(
         env.str("CELERY_WORKER_CONCURRENCY", default="")
-        or (50 if CELERY_WORKER_POOL == "threads" else 0)
+        or (100 if CELERY_WORKER_POOL == "threads" else 0)
     )
     or None
 )

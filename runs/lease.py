@@ -7,7 +7,7 @@ already ours, and returns the claimed row. Every later write transaction of that
 holds the row lock to commit; a slice whose token is no longer the newest gets `LeaseLost` and
 writes nothing. A Redis lock alone cannot give this guarantee: a paused holder wakes up after
 its TTL and keeps writing. The loop's frequent writes, its claim included, are the same fenced
-statements written out in `runs.ledger`; the functions here serve the rarer writes.
+statements written out in `runs.ledger` and `runs.ledger_start`; the functions here serve the rarer writes.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def lease_take_over_from_dead(
 
     With `expected_token`, only the lease taken for that message (token + 1) is taken over.
     Returns the lease and the run as claimed (`count_slice`: also add one to `redelivery_count` of a created or running run, as
-    `runs.ledger.ledger_claim` does).
+    `runs.ledger_start.ledger_claim` does).
     """
     held = (
         MotorRun.objects.filter(pk=run_id, lease_expires_at__isnull=False)

@@ -1,7 +1,8 @@
 """What every log line of a task or a request says about its context (structlog contextvars).
 
 A Celery task binds its name and id, and — when it works on a run — the run's id, agent, skill
-and attempt (config/celery.py calls `log_context_for_task` before each task). The runtime adds
+and attempt (config/celery.py calls `log_context_for_task` before each task; a slice binds the
+last three from the run its claim read, `log_context_bind_claimed`). The runtime adds
 the iteration and the step as it reaches them. A web request binds its request id
 (cognition.ops.logcontext). Contextvars are per thread, so slices in a threads worker never see
 each other's context.
@@ -46,6 +47,15 @@ def log_context_bind_run(run_id: str) -> None:
         )
 
 
+def log_context_bind_claimed(run: Any, attempt: Any) -> None:
+    """Bind the agent, skill and attempt of a run a slice has read (with its agent and skill)."""
+    bind_contextvars(
+        agent=run.agent.name,
+        skill=run.skill.name if run.skill_id is not None else "",
+        attempt=attempt.index + 1,
+    )
+
+
 def log_context_bind(**values: Any) -> None:
     """Bind more context (iteration, step, tool) for the rest of the current task or request."""
     bind_contextvars(**values)
@@ -66,4 +76,8 @@ def log_context_for_task(task: Any, task_id: str, args: tuple[Any, ...], kwargs:
         return
     run_id = bound.get("run_id")
     if isinstance(run_id, str) and run_id:
-        log_context_bind_run(run_id)
+        if getattr(task, "binds_run_context", False):
+            # the task reads the run anyway and binds the rest itself (runs.loop.run_step)
+            bind_contextvars(run_id=run_id)
+        else:
+            log_context_bind_run(run_id)

@@ -5,7 +5,7 @@ iteration — one LLM call (outside any transaction), the requested tool calls o
 written as `intent` and committed, the call run outside a transaction, the result recorded under
 the fencing check) — until the run pauses or ends or the slice's time (MOTOR_SLICE_SECONDS) is up;
 then release the lease and enqueue the next slice on commit. Every write checks the fencing token
-first; the frequent ones are single statements (`runs.ledger`).
+first; the frequent ones are single statements (`runs.ledger`, `runs.fenced_write`).
 """
 
 from __future__ import annotations
@@ -49,15 +49,16 @@ from runs.lease import (
     default_owner,
     lease_release,
 )
-from runs.ledger import (
-    ledger_claim,
-    ledger_energy_level,
-    ledger_record_reply,
-    ledger_take_over,
-)
+from runs.ledger import ledger_energy_level, ledger_record_reply
+from runs.ledger_start import ledger_claim, ledger_take_over
 from runs.llm import LLMReply
 from runs.llm_request import _call_llm
-from runs.logcontext import log_context_bind, log_context_unbind
+from runs.logcontext import (
+    log_context_bind,
+    log_context_bind_claimed,
+    log_context_bind_run,
+    log_context_unbind,
+)
 from runs.metrics import ITERATIONS
 from runs.models import (
     ACTIVE_STATUSES,
@@ -136,8 +137,11 @@ def run_step(
         slice_after_database_loss(run_id=run_id, owner=owner, error=exc)
         return SliceOutcome.DATABASE_LOST
     if claimed is None:
+        # rare (a duplicate or late message): the log lines still name the run's agent
+        log_context_bind_run(run_id)
         return SliceOutcome.LEASE_BUSY if exists else SliceOutcome.NOT_RUNNABLE
     lease, run, attempt = claimed
+    log_context_bind_claimed(run, attempt)
     outcome: SliceOutcome | None = None
     try:
         # one resolution per slice: the missing-credential check, the reply's redaction and each
@@ -353,7 +357,7 @@ def _run_iteration(
         # cannot pay it stops here, before the model is asked.
         charge = run_rates(run).iteration_cost(run.iterations + 1)
         if charge > 0:
-            level = ledger_energy_level(run.agent_id)
+            level = ledger_energy_level(run.agent_id, run=run)
             if level < charge:
                 return run_fail_out_of_energy(
                     lease, run, attempt, level=level, charge=charge, actor=actor

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from runs.domains import check_allowed_domains
 from runs.errors import InvalidRunParams, MotorBusy
-from runs.ledger import ledger_insert
+from runs.ledger_start import ledger_insert
 from runs.models import (
     ACTIVE_STATUSES,
     DEFAULT_MAX_ITERATIONS,

@@ -16,6 +16,8 @@ from celery import shared_task
     # the redelivery counter in the database, not by the broker.
     reject_on_worker_lost=True,
     ignore_result=True,
+    # its log context: the slice binds the run's agent, skill and attempt from its claim
+    binds_run_context=True,
 )
 def run_step_task(self: Any, run_id: str, token: int | None = None, ahead: object = None) -> str:
     """Advance one run by one slice. A missing, finished or already served run is a no-op.

@@ -14,6 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from runs.accounting import run_rates
 from runs.crashpoints import crash_point
 from runs.finishing import slice_end
 from runs.lease import Lease, lease_fence
@@ -23,6 +24,10 @@ from runs.pipeline.after import call_after
 from runs.pipeline.audit import audit_call, audit_row
 from runs.records import SliceOutcome, run_wake
 from runs.tools import tool_message_content
+
+
+def _next_is_charged(run: MotorRun) -> bool:
+    return run_rates(run).iteration_cost(run.iterations + 1) > 0
 
 
 def call_record(
@@ -57,6 +62,8 @@ def call_record(
             release=ends_slice,
             # the call's audit row is part of the same fenced write
             audit=audit_row(run, attempt, step, result, actor=actor),
+            # and so is the energy the next iteration checks, when the run goes on to pay it
+            energy_of=run if last and not ends_slice and _next_is_charged(run) else None,
         )
         if ends_slice:
             outcome = SliceOutcome.CONTINUED

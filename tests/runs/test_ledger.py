@@ -18,6 +18,7 @@ from runs.lease import Lease
 from runs.ledger import (
     ledger_add_intent,
     ledger_claim,
+    ledger_energy_level,
     ledger_insert,
     ledger_record_reply,
     ledger_record_result,
@@ -130,6 +131,33 @@ def test_an_iteration_writes_the_reply_with_its_call_then_the_result_and_the_rel
     assert (run.lease_token, run.lease_owner, run.lease_expires_at) == (lease.token, "", None)
     assert run.redelivery_count == 0
     assert abs(_seconds_from_now(run.idle_since)) < 60
+
+
+def test_a_result_write_reads_the_energy_the_next_iteration_checks_once(agent, settings):
+    # given a claimed run whose agent has 0.40 and does not regenerate, and the intent of a call
+    settings.MOTOR_ENERGY_REGEN_PER_HOUR = 0.0
+    run_id = _started(agent)
+    type(agent).objects.filter(pk=agent.pk).update(energy=0.40, last_energy_at=timezone.now())
+    lease, run, attempt = _claim(run_id, token=0)
+    step = Step(
+        attempt=attempt,
+        iteration=1,
+        call_index=0,
+        tool_call_id="c1",
+        tool="read",
+        arguments={},
+        lease_token=lease.token,
+    )
+    ledger_record_reply(lease, attempt, REPLY, intent=step)
+    # when the call's result is written for a run that goes on to a charged iteration
+    ledger_record_result(lease, attempt, step, RESULT, TOOL_MESSAGE, release=False, energy_of=run)
+    # and the agent's energy changes afterwards
+    type(agent).objects.filter(pk=agent.pk).update(energy=0.10)
+    # then the next check takes the level that write read, and the one after reads again
+    assert ledger_energy_level(agent.pk, run=run) == pytest.approx(0.40)
+    assert ledger_energy_level(agent.pk, run=run) == pytest.approx(0.10)
+    # and a write without `energy_of` leaves nothing for the check
+    assert ledger_energy_level(agent.pk) == pytest.approx(0.10)
 
 
 def test_a_write_renews_the_lease_in_database_time_and_resets_the_slice_count(agent, settings):
