@@ -16,17 +16,13 @@ from skills.index.models import SkillEmbedding, SkillIndexEntry
 from skills.index.search import skill_search
 from skills.install import skill_install_bundle
 from skills.services import Actor
-from tests.cognition.cortex.workers import (  # noqa: F401 - fixtures
-    policy_audit_flushable_fixture,
-    start_worker_fixture,
-)
+from tests.cognition.cortex.workers import start_worker_fixture  # noqa: F401 - fixture
 
 from .conftest import mcp_files
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("policy_audit_flushable_on_sqlite"),
 ]
 
 TIDES_SERVER = '''\

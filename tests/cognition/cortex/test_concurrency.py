@@ -14,14 +14,10 @@ from cognition.models import CortexCandidate, CortexOutcome
 from tests.skills.admin_support import APPROVER_PERMS, make_agent, make_user
 
 from .support import acquired_skill, failed_run, succeeded_run
-from .workers import policy_audit_flushable_fixture  # noqa: F401 - fixture
 
 # On SQLite the write lock serialises the updates; the policy audit rows the import wrote leave
-# before the flush (workers.policy_audit_flushable_fixture).
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("policy_audit_flushable_on_sqlite"),
-]
+# before the flush (tests/conftest.py).
+pytestmark = [pytest.mark.django_db(transaction=True)]
 
 THREADS = 8
 

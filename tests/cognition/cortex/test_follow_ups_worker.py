@@ -26,12 +26,11 @@ from tests.runs.helpers import new_workspace
 from tests.skills.admin_support import APPROVER_PERMS, make_agent, make_user
 
 from .support import acquired_skill
-from .workers import WAIT_S, policy_audit_flushable_fixture, start_worker_fixture  # noqa: F401
+from .workers import WAIT_S, start_worker_fixture  # noqa: F401
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("policy_audit_flushable_on_sqlite"),
 ]
 
 HOST = "api.allowed.test"

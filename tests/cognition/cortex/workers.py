@@ -93,21 +93,3 @@ def start_worker_fixture(
                     process.wait()
             log.close()  # type: ignore[attr-defined]
         _clean()
-
-
-@pytest.fixture(name="policy_audit_flushable_on_sqlite")
-def policy_audit_flushable_fixture(transactional_db: None) -> Iterator[None]:
-    """SQLite empties a transactional test's database with DELETE, which the policy audit's
-    append-only trigger refuses: after the test its rows leave with that one trigger lifted
-    (and put back) so the flush can run; PostgreSQL truncates, which row triggers do not see."""
-    yield
-    if connection.vendor != "sqlite":
-        return
-    from importlib import import_module
-
-    triggers = import_module("skills.migrations.0002_immutability_triggers")
-    no_delete = next(t for t in triggers.SQLITE_FORWARD if "policyauditevent_no_delete" in t)
-    with connection.cursor() as cursor:
-        cursor.execute("DROP TRIGGER IF EXISTS skills_policyauditevent_no_delete")
-        cursor.execute("DELETE FROM skills_policyauditevent")
-        cursor.execute(no_delete)
