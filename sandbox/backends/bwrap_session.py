@@ -134,6 +134,31 @@ class BwrapSession:
             return ""
         return f": {tail}" if tail else ""
 
+    def prepare(self) -> None:
+        """Have the supervisor of a pooled sandbox harden itself and load what it needs, and
+        wait until it has (it then waits for `handshake`)."""
+        self._send({"op": "prepare"})
+        reply = self._recv(time.monotonic() + STARTUP_TIMEOUT_S)
+        if reply.get("op") != "prepared":
+            raise SandboxError(f"sandbox failed to start: {reply.get('message', reply)}")
+
+    @property
+    def lease(self) -> _UidLease | None:
+        return self._lease
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self._runtime_dir
+
+    @property
+    def pid(self) -> int:
+        """bwrap's pid (the sandbox's processes are below it)."""
+        return self._proc.pid
+
+    def set_proxy(self, proxy: Any) -> None:
+        """The egress proxy this session closes with it (set once, when a run adopts it)."""
+        self._proxy = proxy
+
     def handshake(self, config: Mapping[str, Any]) -> None:
         self._send({"op": "configure", "config": dict(config)})
         reply = self._recv(time.monotonic() + STARTUP_TIMEOUT_S)

@@ -172,6 +172,21 @@ class DockerSession:
         return self._closed
 
     @property
+    def stream(self) -> _AttachedStream:
+        return self._stream
+
+    @property
+    def runtime_dir(self) -> Path | None:
+        return self._runtime_dir
+
+    def adopted(self, spec: SessionSpec, proxy: EgressProxy | None) -> None:
+        """This pooled session now serves `spec` (its id, its limits) with `proxy`, which it
+        closes with it."""
+        self.id = spec.session_id or self.id
+        self._spec = spec
+        self._proxy = proxy
+
+    @property
     def container_id(self) -> str:
         return str(self._container.id)
 

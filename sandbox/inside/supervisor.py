@@ -26,6 +26,9 @@ Modes
 followed by that many bytes of UTF-8 JSON (one object). The supervisor's own diagnostics go to
 stderr. Conversation:
 
+0. optional, for a pooled sandbox that no run has adopted yet: host → ``{"op": "prepare"}``,
+   supervisor → ``{"op": "prepared", "pid": int, "uid": int}`` once it has hardened itself and
+   loaded what configuring and the first command need; it then waits for step 1.
 1. host → ``{"op": "configure", "config": CONFIG}``
    supervisor → ``{"op": "ready", "pid": int, "uid": int, "bridge": bool}``
    or ``{"op": "error", "code": "sandbox_error", "message": str}`` (then it exits 1).
@@ -190,6 +193,32 @@ def _install_own_filter() -> None:
     seccomp.prepare(allow_unix_sockets=True, allow_rlimit_changes=True).install()
 
 
+def _harden() -> None:
+    harden_self()
+    # The supervisor's own filter goes on before any thread exists, so every thread inherits
+    # it; it allows AF_UNIX, which the bridge needs to reach the host, and rlimit changes, with
+    # which the main thread hands the commands their limits. The spawner thread adds the
+    # command filter on top for itself and what it starts.
+    _install_own_filter()
+
+
+def _prepare(host_fd: int) -> Any:
+    """What a pooled sandbox does before any run adopts it: harden itself, load what the
+    configure frame and the first call would otherwise load while a run waits, and run one
+    command (`true`, in the empty slot directory) so that the first command of the run finds
+    the way warm. Returns the spawner thread it started (the default command filter), which
+    the run's Runner takes over when its configuration asks for that filter."""
+    _harden()
+    import threading  # noqa: F401 - the bridge's
+
+    for name in ("resident", "bridge", "seccomp"):
+        _load_sibling(name)
+    _load_sibling("seccomp").prepare(allow_unix_pairs=True)
+    warm = Runner(parse_config({}), inherit=True, host_fd=host_fd)
+    warm.run(parse_exec({"argv": ["/usr/bin/true"], "timeout_s": 10.0}, warm.config))
+    return warm._spawner
+
+
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     try:
         first = read_frame(stdin)
@@ -198,17 +227,34 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         return 1
     if first is None:
         return 0
+    prepared = False
+    spawner = None
+    if first.get("op") == "prepare":
+        # a pooled sandbox: everything that does not depend on the run, now; the configure
+        # frame comes when a run adopts it (which may be much later, or never)
+        try:
+            spawner = _prepare(stdin.fileno())
+        except Exception as exc:  # noqa: BLE001 - reported, then we exit
+            write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
+            return 1
+        write_frame(stdout, {"op": "prepared", "pid": os.getpid(), "uid": os.getuid()})
+        prepared = True
+        try:
+            first = read_frame(stdin)
+        except ProtocolError as exc:
+            write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
+            return 1
+        if first is None:
+            return 0
     try:
         if first.get("op") != "configure":
             raise ProtocolError("the first frame must be a configure frame")
         config = parse_config(first.get("config"))
-        harden_self()
-        # The supervisor's own filter goes on before any thread exists, so every thread
-        # inherits it; it allows AF_UNIX, which the bridge needs to reach the host, and rlimit
-        # changes, with which the main thread hands the commands their limits. The spawner
-        # thread adds the command filter on top for itself and what it starts.
-        _install_own_filter()
-        runner = Runner(config, inherit=True, host_fd=stdin.fileno())
+        if not prepared:
+            _harden()
+        if config.unix_pairs:
+            spawner = None  # the prepared one runs the default filter
+        runner = Runner(config, inherit=True, host_fd=stdin.fileno(), spawner=spawner)
         residents = _load_sibling("resident").Residents()
         config_processes = config.max_processes
         if config.bridge is not None:
