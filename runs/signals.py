@@ -5,7 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.signals import worker_process_init, worker_process_shutdown, worker_ready, worker_shutdown
+from celery.signals import (
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
 logger = logging.getLogger(__name__)
 

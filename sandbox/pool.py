@@ -9,16 +9,17 @@ allowlist, no credentials, no read-only mounts.
 A run adopts a spare (`take`): the run's workspace directory and the slot directory swap names
 on the host (one atomic rename that exchanges them, then the run's entries move into the slot,
 which is the directory the sandbox sees); then the backend hands the files to the sandbox's uid,
-starts the run's own egress proxy when its policy allows any domain, and configures the
-supervisor with the run's environment and limits (`adopt`). An adopted session belongs to that
+starts the run's own egress proxy when its policy allows any domain, and has the supervisor's
+configuration (the run's environment and limits) go with the first call (`adopt`). An adopted session belongs to that
 run until it is closed, like one opened for it; it never returns to the pool, so no session
 ever carries one run's files, allowlist or credentials into another's.
 
 Mounts cannot be added to a running sandbox, so a session whose spec asks for read-only mounts
 (the browser, a dependency layer) or for other limits than the pool's is opened cold as before.
 
-A daemon thread refills the pool in the background; it sleeps on a condition while the pool is
-full, so an idle pool costs no CPU. A start that fails is retried after a back-off. `close()`
+A daemon thread refills the pool in the background, starting a replacement shortly after a
+spare was taken (`REFILL_DELAY_S`, so not beside the run's first calls); it sleeps on a
+condition while the pool is full, so an idle pool costs no CPU. A start that fails is retried after a back-off. `close()`
 closes every spare (uid leases returned, containers removed) and removes their slots. Slot
 directories are named after their owner process (pid and start time): `sweep_slots()` removes
 those of owners that died (the sandboxes themselves die with their owner and are swept by their
@@ -46,6 +47,9 @@ logger = logging.getLogger(__name__)
 
 #: the longest a failing refill waits before it tries again (seconds)
 MAX_BACKOFF_S = 60.0
+#: how long a refill waits after a spare was taken before it starts the replacement (seconds):
+#: the run that took it makes its first calls meanwhile, without a sandbox start beside them
+REFILL_DELAY_S = 0.5
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 _libc: Any = None
@@ -110,12 +114,13 @@ def _exchange(a: Path, b: Path) -> None:
         raise OSError(err, f"exchanging {a} and {b}: {os.strerror(err)}")
 
 
-def workspace_move_into(slot: Path, workspace: Path) -> None:
+def workspace_move_into(slot: Path, workspace: Path, *, remove_old: bool = True) -> None:
     """Make the directory `slot` the directory named `workspace`, holding what `workspace`
     held: the two swap names atomically (so `workspace` always names a directory), then each
-    entry moves over, and the emptied old directory is removed. The slot takes the old
-    directory's mode. Both must be directories of one file system. On failure everything is put
-    back as far as possible and OSError raised."""
+    entry moves over, and the emptied old directory, now named `slot`, is removed (unless
+    `remove_old` is false: the caller removes it later). The slot takes the old directory's
+    mode. Both must be directories of one file system. On failure everything is put back as far
+    as possible and OSError raised."""
     st = os.lstat(workspace)
     if not stat.S_ISDIR(st.st_mode):
         raise OSError(f"{workspace} is not a directory")
@@ -127,7 +132,8 @@ def workspace_move_into(slot: Path, workspace: Path) -> None:
         for name in os.listdir(slot):
             os.rename(slot / name, workspace / name)
             moved.append(name)
-        os.rmdir(slot)
+        if remove_old:
+            os.rmdir(slot)
     except OSError:
         with contextlib.suppress(OSError):
             for name in moved:
@@ -152,14 +158,19 @@ class SessionPool:
         size: int,
         slot_root: Path,
         limits: Limits | None = None,
+        refill_delay_s: float = REFILL_DELAY_S,
     ) -> None:
         self.backend = backend
+        self.refill_delay_s = refill_delay_s
         self.size = max(0, int(size))
         self.slot_root = Path(slot_root)
         self.limits = limits or Limits()
         self._spares: list[_Spare] = []
         self._starting = 0
         self._closed = False
+        self._last_take = 0.0
+        #: old workspace directories a take emptied, for the refill thread to remove
+        self._emptied: list[Path] = []
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._owner = f"{os.getpid()}.{_process_start(os.getpid())}"
@@ -190,6 +201,9 @@ class SessionPool:
             self._cond.notify_all()
         for spare in spares:
             self._discard(spare)
+        with self._cond:
+            emptied, self._emptied = self._emptied, []
+        self._remove_emptied(emptied)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=30)
@@ -239,11 +253,15 @@ class SessionPool:
             if self._closed or not self._spares:
                 return None
             spare = self._spares.pop(0)
+            self._last_take = time.monotonic()
             self._cond.notify_all()  # the refill thread starts a replacement
         try:
             if spare.session.closed:
                 raise SandboxError("the spare sandbox had stopped")
-            workspace_move_into(spare.slot, Path(spec.workspace))
+            # the emptied old directory is removed by the refill thread, off the hot path
+            workspace_move_into(spare.slot, Path(spec.workspace), remove_old=False)
+            with self._cond:
+                self._emptied.append(spare.slot)
         except (OSError, SandboxError) as exc:
             self.failed += 1
             logger.warning("a pooled sandbox could not take workspace %s: %s", spec.workspace, exc)
@@ -285,9 +303,16 @@ class SessionPool:
             with self._cond:
                 while not self._closed and len(self._spares) + self._starting >= self.size:
                     self._cond.wait()
+                # off the hot path: not while the run that took a spare makes its first calls
+                pause = self._last_take + self.refill_delay_s - time.monotonic()
+                if pause > 0 and not self._closed:
+                    self._cond.wait(min(pause, self.refill_delay_s))
+                emptied, self._emptied = self._emptied, []
                 if self._closed:
+                    self._remove_emptied(emptied)
                     return
                 self._starting += 1
+            self._remove_emptied(emptied)
             spare: _Spare | None = None
             try:
                 spare = self._start_one()
@@ -305,6 +330,14 @@ class SessionPool:
                     self._cond.wait(backoff)
             if spare is not None:  # closed while it started
                 self._discard(spare)
+
+    @staticmethod
+    def _remove_emptied(emptied: list[Path]) -> None:
+        for path in emptied:
+            try:
+                os.rmdir(path)
+            except OSError as exc:
+                logger.warning("could not remove the emptied directory %s: %s", path, exc)
 
     @staticmethod
     def _discard(spare: _Spare) -> None:

@@ -231,7 +231,7 @@ class BwrapBackend:
         spec = SessionSpec(workspace=workspace, limits=limits, session_id=pool_id)
         session, _bridge = self._launch(spec, pool_id, pooled=True)
         try:
-            session.prepare()
+            session.prepare(supervisor_config(spec, environment(spec), None))
         except BaseException:
             session.close()
             raise
@@ -241,8 +241,9 @@ class BwrapBackend:
         """Make the pooled `session` the session of `spec` (whose workspace the caller has
         already made the very directory the sandbox has at /workspace): the workspace handed to
         its uid, the run's own egress proxy when its policy allows any domain, and the
-        supervisor configured with the run's environment and limits. On failure the session is
-        closed and SandboxError raised."""
+        supervisor's configuration (the run's environment and limits), which goes with the first
+        call. On failure the session is closed and SandboxError raised; a configuration the
+        supervisor refuses fails that first call with SandboxError instead."""
         try:
             session.id = spec.session_id or session.id
             session.spec = spec
@@ -252,12 +253,15 @@ class BwrapBackend:
             if spec.network.enabled:
                 session.set_proxy(
                     self._start_proxy(
-                        spec, session.id, session.runtime_dir / "net" / "egress.sock",
+                        spec,
+                        session.id,
+                        session.runtime_dir / "net" / "egress.sock",
                         session.host_uid,
                     )
                 )
                 bridge = _BRIDGE
-            session.handshake(supervisor_config(spec, environment(spec), bridge))
+            # sent with the first call: no round trip of its own on the run's way
+            session.configure_with_first_call(supervisor_config(spec, environment(spec), bridge))
             # the run this sandbox now serves, for bwrap_sandboxes() (its command line still
             # names the pool's runtime dir); the sandbox cannot write to its runtime dir
             (session.runtime_dir / SESSION_FILE).write_text(session.id)

@@ -213,24 +213,25 @@ class DockerBackend:
         directory) bound at /workspace, a runtime dir bound at /run/motor-cortex with no proxy
         in it, and the supervisor hardened and waiting for its configuration. `adopt` hands it
         to a run."""
-        return self._launch(SessionSpec(workspace=workspace, limits=limits, session_id=pool_id),
-                            pooled=True)
+        return self._launch(
+            SessionSpec(workspace=workspace, limits=limits, session_id=pool_id), pooled=True
+        )
 
     def adopt(self, session: DockerSession, spec: SessionSpec) -> None:
         """Make the pooled `session` the session of `spec` (whose workspace the caller has
         already made the very directory the container has at /workspace): the files handed to
         the sandbox uid, the run's own egress proxy when its policy allows any domain, and the
-        supervisor configured with the run's environment and limits. On failure the session is
-        closed and SandboxError raised."""
+        supervisor's configuration (the run's environment and limits), which goes with the first
+        call. On failure the session is closed and SandboxError raised; a configuration the
+        supervisor refuses fails that first call with SandboxError instead."""
         try:
             _prepare_workspace(Path(spec.workspace))
             proxy: EgressProxy | None = None
             if spec.network.enabled:
                 assert session.runtime_dir is not None
                 proxy = self._proxy_at(session.runtime_dir, spec.session_id or session.id, spec)
-            session.adopted(spec, proxy)
             environment = self._environment(spec.environment, spec.network)
-            self._handshake(session.stream, _supervisor_config(spec, environment))
+            session.adopted(spec, proxy, _supervisor_config(spec, environment))
         except BaseException:
             session.close()
             raise
@@ -312,7 +313,7 @@ class DockerBackend:
             )
             container.start()
             if pooled:
-                self._prepare(stream)
+                self._prepare(stream, _supervisor_config(spec, environment))
             else:
                 self._handshake(stream, _supervisor_config(spec, environment))
             return DockerSession(
@@ -423,10 +424,11 @@ class DockerBackend:
             raise SandboxError(f"docker backend: the egress proxy could not start: {exc}") from exc
 
     @staticmethod
-    def _prepare(stream: _AttachedStream) -> None:
-        """Have the supervisor of a pooled container harden itself and wait for `prepared`."""
+    def _prepare(stream: _AttachedStream, config: dict[str, Any]) -> None:
+        """Have the supervisor of a pooled container harden itself (with `config`: the limits
+        its run will have, nothing of the run) and wait for `prepared`."""
         try:
-            stream.send(encode_frame({"op": "prepare"}))
+            stream.send(encode_frame({"op": "prepare", "config": config}))
         except (OSError, ProtocolError) as exc:
             raise SandboxError(f"docker backend: cannot prepare the supervisor: {exc}") from exc
         reply = stream.read_message(time.monotonic() + _START_TIMEOUT_S)

@@ -26,7 +26,8 @@ Modes
 followed by that many bytes of UTF-8 JSON (one object). The supervisor's own diagnostics go to
 stderr. Conversation:
 
-0. optional, for a pooled sandbox that no run has adopted yet: host → ``{"op": "prepare"}``,
+0. optional, for a pooled sandbox that no run has adopted yet: host → ``{"op": "prepare",
+   "config": CONFIG}`` (the limits the run will have; nothing of a run),
    supervisor → ``{"op": "prepared", "pid": int, "uid": int}`` once it has hardened itself and
    loaded what configuring and the first command need; it then waits for step 1.
 1. host → ``{"op": "configure", "config": CONFIG}``
@@ -128,6 +129,7 @@ if TYPE_CHECKING or __package__:
     from .confine import harden_self
     from .protocol import (
         MAX_FRAME_BYTES,
+        Config,
         ProtocolError,
         _result,
         json_dumps,
@@ -202,11 +204,11 @@ def _harden() -> None:
     _install_own_filter()
 
 
-def _prepare(host_fd: int) -> Any:
+def _prepare(host_fd: int, config: Config) -> Any:
     """What a pooled sandbox does before any run adopts it: harden itself, load what the
     configure frame and the first call would otherwise load while a run waits, and run one
-    command (`true`, in the empty slot directory) so that the first command of the run finds
-    the way warm. Returns the spawner thread it started (the default command filter), which
+    command (`true`, in the empty slot directory, under the limits of `config`) so that the
+    first command of the run finds the way warm. Returns the spawner thread it started (the default command filter), which
     the run's Runner takes over when its configuration asks for that filter."""
     _harden()
     import threading  # noqa: F401 - the bridge's
@@ -214,7 +216,7 @@ def _prepare(host_fd: int) -> Any:
     for name in ("resident", "bridge", "seccomp"):
         _load_sibling(name)
     _load_sibling("seccomp").prepare(allow_unix_pairs=True)
-    warm = Runner(parse_config({}), inherit=True, host_fd=host_fd)
+    warm = Runner(config, inherit=True, host_fd=host_fd)
     warm.run(parse_exec({"argv": ["/usr/bin/true"], "timeout_s": 10.0}, warm.config))
     return warm._spawner
 
@@ -233,7 +235,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         # a pooled sandbox: everything that does not depend on the run, now; the configure
         # frame comes when a run adopts it (which may be much later, or never)
         try:
-            spawner = _prepare(stdin.fileno())
+            spawner = _prepare(stdin.fileno(), parse_config(first.get("config")))
         except Exception as exc:  # noqa: BLE001 - reported, then we exit
             write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
             return 1

@@ -191,9 +191,7 @@ def test_a_spec_the_spares_cannot_serve_is_refused_and_the_spare_kept(
     assert pool.fits(idle_only)
 
 
-def test_the_pool_refills_and_closing_it_leaves_nothing(
-    backend_name: str, tmp_path: Path
-) -> None:
+def test_the_pool_refills_and_closing_it_leaves_nothing(backend_name: str, tmp_path: Path) -> None:
     slot_root = tmp_path / ".pool"
     pool = SessionPool(_backend(backend_name), size=2, slot_root=slot_root).start()
     try:
