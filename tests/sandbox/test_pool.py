@@ -303,3 +303,23 @@ def test_sweep_slots_keeps_a_live_owners_slots(tmp_path: Path, pools: list) -> N
     dead.mkdir()
     assert sweep_slots(tmp_path / ".pool") == [dead]
     assert len(list((tmp_path / ".pool").iterdir())) == 1
+
+
+def test_a_configuration_the_supervisor_refuses_fails_the_first_call(
+    backend_name: str, tmp_path: Path, pools: list
+) -> None:
+    from sandbox.types import SandboxError
+
+    pool = SessionPool(_backend(backend_name), size=1, slot_root=tmp_path / ".pool").start()
+    pools.append(pool)
+    assert pool.wait_full(60)
+    workspace = _run_dir(tmp_path, "run-f", {})
+    # given a run whose environment the supervisor refuses (a NUL byte in a value)
+    session = pool.take(
+        SessionSpec(workspace=workspace, session_id="run-f", environment={"BAD": "a\0b"})
+    )
+    assert session is not None
+    # then its first call fails as a sandbox error naming the refusal, and the session is closed
+    with pytest.raises(SandboxError, match="invalid variable name or a NUL byte"):
+        session.exec(ExecRequest(argv=["/usr/bin/true"]))
+    assert session.closed
