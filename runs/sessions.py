@@ -137,7 +137,11 @@ def run_session_get(
         session_id=run_id,
         on_connection=_count_egress,
     )
-    pool = session_pool()
+    try:
+        pool = session_pool()
+    except Exception:  # noqa: BLE001 - without spares the session opens cold, as before
+        logger.exception("the sandbox pool is not available")
+        pool = None
     adopted = pool.take(spec) if pool is not None else None
     if adopted is not None:
         opened = registry.add(adopted, spec.limits.idle_timeout_s)
@@ -173,7 +177,7 @@ def session_pool() -> Any:  # sandbox.pool.SessionPool | None
     is 0 or the backend keeps none (local). A backend that cannot start raises SandboxError,
     as opening a session would."""
     global _pool, _pool_key
-    from runs.workspaces import workspaces_root
+    from runs.workspaces import POOL_DIR, workspaces_root
 
     size = pool_size()
     backend_name = str(settings.SANDBOX_BACKEND)
@@ -197,7 +201,7 @@ def session_pool() -> Any:  # sandbox.pool.SessionPool | None
         )
         # the spares' slots live beside the workspaces, on their file system: adopting one
         # renames the run's workspace into it
-        slot_root = workspaces_root() / ".pool"
+        slot_root = workspaces_root() / POOL_DIR
         sweep_slots(slot_root)
         _pool = SessionPool(backend, size=size, slot_root=slot_root, limits=_run_limits())
         _pool_key = key
