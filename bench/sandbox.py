@@ -539,7 +539,7 @@ def main() -> int:
                 ("proxied / direct TLS connection", "tls_proxied", "tls_direct", "<=", 1.6),
             ],
         )
-    print_pool({k: v for k, v in rows.items() if k.startswith(("pooled", "warm"))}, pool_cpu)
+    print_pool(rows, pool_cpu)
     print_rows(cpu, "CPU (user + system) of the sandbox processes")
     print_ratios(
         cpu,

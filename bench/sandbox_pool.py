@@ -199,10 +199,12 @@ def pool_cpu_rows(spares: int, seconds: float) -> dict[str, Row]:
 
 
 def print_pool(rows: dict[str, Row], cpu: dict[str, Row]) -> None:
-    print_rows(
-        {k: v for k, v in rows.items() if k.startswith(("pooled", "warm", "idle_warm"))},
-        "spare sandboxes",
-    )
+    """The pool's rows of `rows` (none with --cpu-only), their ratios, and the idle pool."""
+    shown = {k: v for k, v in rows.items() if k.startswith(("pooled", "warm", "idle_warm"))}
+    if not shown:
+        print_rows(cpu, "an idle pool", unit="")
+        return
+    print_rows(shown, "spare sandboxes")
     bwrap, docker = "(bwrap)", "(docker)"
     print_ratios(
         rows,
