@@ -247,17 +247,14 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-def _sandbox_processes(worker: subprocess.Popen) -> list[int]:
-    """bwrap and everything under it, among the worker's descendants."""
-    sandboxed: list[int] = []
-    for pid in _descendants(worker.pid):
-        try:
-            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-        except OSError:
-            continue
-        if argv0.endswith(b"bwrap"):
-            sandboxed.extend([pid, *_descendants(pid)])
-    return sandboxed
+def _sandbox_processes(worker: subprocess.Popen, run_id: str) -> list[int]:
+    """bwrap and everything under it of `run_id`'s sandbox, among the worker's descendants (the
+    worker's spare sandboxes, MOTOR_SANDBOX_POOL_SIZE, are no run's)."""
+    from sandbox.reaper import bwrap_sandboxes
+
+    below = set(_descendants(worker.pid))
+    bwraps = [pid for pid in bwrap_sandboxes().get(run_id, []) if pid in below]
+    return [found for pid in bwraps for found in (pid, *_descendants(pid))]
 
 
 def test_cancel_during_a_long_code_call_kills_it_and_frees_the_agent(
@@ -280,11 +277,13 @@ def test_cancel_during_a_long_code_call_kills_it_and_frees_the_agent(
         actor="t",
     )["run_id"]
     _wait_for(lambda: (workspace / "started").exists(), "the call to start")
-    assert _sandbox_processes(worker) != []
+    assert _sandbox_processes(worker, run_id) != []
     # when the run is cancelled while the call runs
     run_cancel(run_id=run_id, actor="t")
     # then the worker kills the call: no sandbox process is left, long before the sleep ends
-    _wait_for(lambda: _sandbox_processes(worker) == [], "the sandbox to die", timeout_s=15)
+    _wait_for(
+        lambda: _sandbox_processes(worker, run_id) == [], "the sandbox to die", timeout_s=15
+    )
     assert not (workspace / "finished").exists()
     # and the run is cancelled with its call never recorded, and the mutex is free
     assert _status(run_id) == RunStatus.CANCELLED
