@@ -204,21 +204,61 @@ def _harden() -> None:
     _install_own_filter()
 
 
-def _prepare(host_fd: int, config: Config) -> Any:
+def _prepare(host_fd: int, config: Config) -> Runner:
     """What a pooled sandbox does before any run adopts it: harden itself, load what the
-    configure frame and the first call would otherwise load while a run waits, and run one
-    command (`true`, in the empty slot directory, under the limits of `config`) so that the
-    first command of the run finds the way warm. Returns the spawner thread it started (the default command filter), which
-    the run's Runner takes over when its configuration asks for that filter."""
+    configure frame and the first call would otherwise load while a run waits, and, under the
+    limits of `config` (those its run will have), run one command (`true`) and one file
+    operation (a listing of the still empty slot directory), which leaves the file server
+    running for the run's first read or write. Returns that Runner, which the run takes over
+    (`_runner_for`)."""
     _harden()
     import threading  # noqa: F401 - the bridge's
 
-    for name in ("resident", "bridge", "seccomp"):
+    for name in ("resident", "bridge", "seccomp", "tools"):
         _load_sibling(name)
     _load_sibling("seccomp").prepare(allow_unix_pairs=True)
     warm = Runner(config, inherit=True, host_fd=host_fd)
-    warm.run(parse_exec({"argv": ["/usr/bin/true"], "timeout_s": 10.0}, warm.config))
-    return warm._spawner
+    warm.run(parse_exec({"argv": ["/usr/bin/true"], "timeout_s": 10.0}, config))
+    listing = {
+        "argv": ["/usr/bin/python3", "-I", "-B", warm._tools_path, "list"],
+        "stdin_b64": binascii.b2a_base64(b'{"path": "."}', newline=False).decode(),
+        "timeout_s": 10.0,
+    }
+    warm.run(parse_exec(listing, config))
+    return warm
+
+
+def _limits(config: Config) -> tuple[object, ...]:
+    return (
+        config.memory_bytes,
+        config.max_processes,
+        config.file_size_bytes,
+        config.open_files,
+        config.cpu_seconds,
+        config.output_bytes,
+        config.workspace_bytes,
+        config.default_timeout_s,
+        config.quota_interval_s,
+        config.workspace,
+        config.sweep,
+        config.unix_pairs,
+    )
+
+
+def _runner_for(config: Config, warm: Runner | None, host_fd: int) -> Runner:
+    """The Runner of a configured sandbox: a pooled one's warm Runner (its spawner thread and
+    file server already running) when `config` has the limits it was prepared with, now
+    running with the run's environment; else a new one (on the warm spawner thread when it has
+    the filter `config` asks for)."""
+    if warm is not None and _limits(warm.config) == _limits(config):
+        warm.config = config
+        return warm
+    spawner = None
+    if warm is not None:
+        warm.stop_file_server()
+        if not config.unix_pairs and not warm.config.unix_pairs:
+            spawner = warm._spawner
+    return Runner(config, inherit=True, host_fd=host_fd, spawner=spawner)
 
 
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
@@ -229,18 +269,16 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         return 1
     if first is None:
         return 0
-    prepared = False
-    spawner = None
+    prepared: Runner | None = None
     if first.get("op") == "prepare":
         # a pooled sandbox: everything that does not depend on the run, now; the configure
         # frame comes when a run adopts it (which may be much later, or never)
         try:
-            spawner = _prepare(stdin.fileno(), parse_config(first.get("config")))
+            prepared = _prepare(stdin.fileno(), parse_config(first.get("config")))
         except Exception as exc:  # noqa: BLE001 - reported, then we exit
             write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
             return 1
         write_frame(stdout, {"op": "prepared", "pid": os.getpid(), "uid": os.getuid()})
-        prepared = True
         try:
             first = read_frame(stdin)
         except ProtocolError as exc:
@@ -252,11 +290,9 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         if first.get("op") != "configure":
             raise ProtocolError("the first frame must be a configure frame")
         config = parse_config(first.get("config"))
-        if not prepared:
+        if prepared is None:
             _harden()
-        if config.unix_pairs:
-            spawner = None  # the prepared one runs the default filter
-        runner = Runner(config, inherit=True, host_fd=stdin.fileno(), spawner=spawner)
+        runner = _runner_for(config, prepared, stdin.fileno())
         residents = _load_sibling("resident").Residents()
         config_processes = config.max_processes
         if config.bridge is not None:

@@ -129,7 +129,14 @@ def test_run_b_adopts_a_spare_with_its_own_files_and_allowlist_only(
         session_b = pool.take(spec_b)
         assert session_b is not None and session_b is not session_a
         try:
-            # then B sees its own files and none of A's, and its allowlist is B's exactly
+            # then B sees its own files and none of A's (first through the file server the
+            # spare had running, then a command), and its allowlist is B's exactly
+            from sandbox.tools.executors import execute_tool
+
+            read_b = execute_tool(session_b, "read", {"path": "b.txt"}, network_enabled=True)
+            assert read_b.ok and "B's" in read_b.output, read_b
+            read_a = execute_tool(session_b, "read", {"path": "secret-a.txt"}, network_enabled=True)
+            assert not read_a.ok and read_a.error_code == "not_found", read_a
             assert _ls(session_b) == ["b.txt"]
             assert py(session_b, FETCH).stdout == b"allowed.test 403\napi.allowed.test 200\n"
             assert [(r.session_id, r.host, r.verdict) for r in reports_b] == [
