@@ -206,11 +206,11 @@ def _harden() -> None:
 
 def _prepare(host_fd: int, config: Config) -> Runner:
     """What a pooled sandbox does before any run adopts it: harden itself, load what the
-    configure frame and the first call would otherwise load while a run waits, and, under the
-    limits of `config` (those its run will have), run one command (`true`) and one file
-    operation (a listing of the still empty slot directory), which leaves the file server
-    running for the run's first read or write. Returns that Runner, which the run takes over
-    (`_runner_for`)."""
+    configure frame and the first call would otherwise load while a run waits (tools.py among
+    it, for the file server), and, under the limits of `config` (those its run will have), run
+    one command (`true`) in the still empty slot directory. Returns that Runner, whose spawner
+    thread the run takes over (`_runner_for`). No file server is left running: it would cost a
+    process per spare and be stopped again by a run whose first call is a command."""
     _harden()
     import threading  # noqa: F401 - the bridge's
 
@@ -219,12 +219,6 @@ def _prepare(host_fd: int, config: Config) -> Runner:
     _load_sibling("seccomp").prepare(allow_unix_pairs=True)
     warm = Runner(config, inherit=True, host_fd=host_fd)
     warm.run(parse_exec({"argv": ["/usr/bin/true"], "timeout_s": 10.0}, config))
-    listing = {
-        "argv": ["/usr/bin/python3", "-I", "-B", warm._tools_path, "list"],
-        "stdin_b64": binascii.b2a_base64(b'{"path": "."}', newline=False).decode(),
-        "timeout_s": 10.0,
-    }
-    warm.run(parse_exec(listing, config))
     return warm
 
 
@@ -246,8 +240,8 @@ def _limits(config: Config) -> tuple[object, ...]:
 
 
 def _runner_for(config: Config, warm: Runner | None, host_fd: int) -> Runner:
-    """The Runner of a configured sandbox: a pooled one's warm Runner (its spawner thread and
-    file server already running) when `config` has the limits it was prepared with, now
+    """The Runner of a configured sandbox: a pooled one's warm Runner (its spawner thread
+    already running) when `config` has the limits it was prepared with, now
     running with the run's environment; else a new one (on the warm spawner thread when it has
     the filter `config` asks for)."""
     if warm is not None and _limits(warm.config) == _limits(config):
