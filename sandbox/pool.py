@@ -58,7 +58,9 @@ _libc: Any = None
 class PoolableBackend(Protocol):
     name: str
 
-    def open_pooled(self, *, workspace: Path, limits: Limits, pool_id: str) -> Any: ...
+    def open_pooled(self, *, workspace: Path, limits: Limits, pool_id: str) -> Any:
+        """A started, unconfigured session (with `closed`, `alive()` and `close()`)."""
+        ...
 
     def adopt(self, session: Any, spec: SessionSpec) -> None: ...
 
@@ -249,15 +251,20 @@ class SessionPool:
         returned."""
         if not self.fits(spec):
             return None
-        with self._cond:
-            if self._closed or not self._spares:
-                return None
-            spare = self._spares.pop(0)
-            self._last_take = time.monotonic()
-            self._cond.notify_all()  # the refill thread starts a replacement
+        while True:
+            with self._cond:
+                if self._closed or not self._spares:
+                    return None
+                spare = self._spares.pop(0)
+                self._last_take = time.monotonic()
+                self._cond.notify_all()  # the refill thread starts a replacement
+            if spare.session.alive():
+                break
+            # stopped while it waited (killed or removed from outside): the next one
+            logger.warning("a pooled sandbox had stopped before it was adopted")
+            self.failed += 1
+            self._discard(spare)
         try:
-            if spare.session.closed:
-                raise SandboxError("the spare sandbox had stopped")
             # the emptied old directory is removed by the refill thread, off the hot path
             workspace_move_into(spare.slot, Path(spec.workspace), remove_old=False)
             with self._cond:

@@ -158,6 +158,18 @@ class BwrapSession:
         """bwrap's pid (the sandbox's processes are below it)."""
         return self._proc.pid
 
+    def alive(self) -> bool:
+        """Whether bwrap still runs and the supervisor's stdout is still open (a spare waiting
+        in a pool can be killed from outside meanwhile); no round trip."""
+        if self._closed or self._proc.poll() is not None:
+            return False
+        try:
+            ready, _, _ = select.select([self._rfd], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        # a prepared supervisor says nothing until it is configured: readable means EOF
+        return not ready
+
     def set_proxy(self, proxy: Any) -> None:
         """The egress proxy this session closes with it (set once, when a run adopts it)."""
         self._proxy = proxy

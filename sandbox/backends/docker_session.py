@@ -128,6 +128,14 @@ class _AttachedStream:
             raise SandboxError("docker backend: supervisor sent a frame that is not an object")
         return message
 
+    def ended(self) -> bool:
+        """Whether the engine has closed the stream (without waiting or consuming anything)."""
+        try:
+            ready, _, _ = select.select([self.sock], [], [], 0)
+            return bool(ready) and self.sock.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
@@ -177,6 +185,11 @@ class DockerSession:
     @property
     def runtime_dir(self) -> Path | None:
         return self._runtime_dir
+
+    def alive(self) -> bool:
+        """Whether the container's attach stream is still open (a spare waiting in a pool can
+        be removed from outside meanwhile); no engine round trip."""
+        return not self._closed and not self._stream.ended()
 
     def adopted(self, spec: SessionSpec, proxy: EgressProxy | None, config: dict[str, Any]) -> None:
         """This pooled session now serves `spec` (its id, its limits) with `proxy`, which it

@@ -330,3 +330,27 @@ def test_a_configuration_the_supervisor_refuses_fails_the_first_call(
     with pytest.raises(SandboxError, match="invalid variable name or a NUL byte"):
         session.exec(ExecRequest(argv=["/usr/bin/true"]))
     assert session.closed
+
+
+def test_a_spare_stopped_from_outside_is_never_adopted(
+    backend_name: str, tmp_path: Path, pools: list
+) -> None:
+    pool = SessionPool(_backend(backend_name), size=1, slot_root=tmp_path / ".pool").start()
+    pools.append(pool)
+    assert pool.wait_full(60)
+    (spare,) = pool.spares()
+    # given a spare killed (bwrap) or removed (docker) from outside while it waits
+    if backend_name == "bwrap":
+        os.kill(spare.pid, signal.SIGKILL)
+        assert _wait(lambda: not spare.alive(), 10)
+    else:
+        import docker
+
+        docker.from_env().containers.get(spare.container_id).remove(force=True)
+        assert _wait(lambda: not spare.alive(), 10)
+    # when a run asks for one, the dead spare is discarded, the run opens its own session
+    workspace = _run_dir(tmp_path, "run-g", {"g": "1"})
+    assert pool.take(SessionSpec(workspace=workspace, session_id="run-g")) is None
+    assert spare.closed and sorted(p.name for p in workspace.iterdir()) == ["g"]
+    # and the pool starts a live one in its place
+    assert pool.wait_full(60) and pool.spares()[0].alive()
