@@ -129,8 +129,8 @@ def test_run_b_adopts_a_spare_with_its_own_files_and_allowlist_only(
         session_b = pool.take(spec_b)
         assert session_b is not None and session_b is not session_a
         try:
-            # then B sees its own files and none of A's (first through the file server the
-            # spare had running, then a command), and its allowlist is B's exactly
+            # then B sees its own files and none of A's (through the file tools, then a
+            # command), and its allowlist is B's exactly
             from sandbox.tools.executors import execute_tool
 
             read_b = execute_tool(session_b, "read", {"path": "b.txt"}, network_enabled=True)
