@@ -5,6 +5,7 @@ Run by hand (root, on a machine with bwrap, a Docker engine and the sandbox imag
     uv run python -m bench.sandbox            # default sample counts
     uv run python -m bench.sandbox --quick    # fewer samples
     uv run python -m bench.sandbox --cpu-only # only the CPU measurements (bwrap)
+    uv run python -m bench.sandbox --pool-only  # only the spare-sandbox pool (and warm calls)
 
 Prints the median and p95 of each measurement, then the ratios the design targets. The CPU part
 counts what the sandbox's own processes (bwrap, the supervisor with its threads, the file server,
@@ -20,12 +21,10 @@ import os
 import resource
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -35,6 +34,17 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.sandbox_measure import (  # noqa: E402
+    Row,
+    measure,
+    own_cpu_ms,
+    print_ratios,
+    print_rows,
+    process_cpu_ms,
+    timed,
+    tree_pids,
+)
+from bench.sandbox_pool import pool_cpu_rows, pool_rows, print_pool  # noqa: E402
 from sandbox.types import ExecRequest, NetworkPolicy, SessionSpec  # noqa: E402
 
 IMAGE = os.environ.get("SANDBOX_DOCKER_IMAGE", "motor-cortex-sandbox:local")
@@ -42,51 +52,6 @@ IMAGE = os.environ.get("SANDBOX_DOCKER_IMAGE", "motor-cortex-sandbox:local")
 # the image is Debian too), so a warm call and the plain exec run exactly the same `true` and
 # neither pays a PATH search the other does not
 TRUE = ["/usr/bin/true"]
-
-
-@dataclass
-class Row:
-    name: str
-    samples: list[float]  # milliseconds
-    error: str = ""
-
-    @property
-    def median(self) -> float | None:
-        return statistics.median(self.samples) if self.samples else None
-
-    @property
-    def p95(self) -> float | None:
-        if not self.samples:
-            return None
-        ordered = sorted(self.samples)
-        return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-
-
-def timed(fn: Callable[[], object], n: int, *, warmup: int = 3) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out: list[float] = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - start) * 1000)
-    return out
-
-
-def measure(name: str, body: Callable[[], list[float]]) -> Row:
-    print(f"  measuring: {name} ...", file=sys.stderr, flush=True)
-    try:
-        return Row(name, body())
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:  # noqa: BLE001 - a missing part is reported, not fatal
-        reason = f"{type(exc).__name__}: {exc}".strip().splitlines()[0][:120]
-        if os.environ.get("BENCH_DEBUG"):
-            traceback.print_exc()
-        return Row(name, [], reason)
-
-
-# ------------------------------------------------------------------------------ the parts
 
 
 def plain_exec(n: int) -> list[float]:
@@ -253,49 +218,6 @@ def children_cpu_ms() -> float:
     return (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def own_cpu_ms() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return (usage.ru_utime + usage.ru_stime) * 1000
-
-
-def tree_pids(root: int) -> list[int]:
-    """`root` and its live descendants (through every thread's children list)."""
-    out: list[int] = []
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                    todo.extend(int(p) for p in fh.read().split())
-            except (OSError, ValueError):
-                continue
-    return out
-
-
-def process_cpu_ms(pid: int) -> float:
-    """CPU the live process `pid` has used so far, all its threads, in ms (schedstat: ns
-    resolution, where /proc/<pid>/stat counts clock ticks of 10 ms). Threads that already ended
-    are not counted (the supervisor's threads live as long as it does)."""
-    total = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0.0
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
-                total += int(fh.read().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / 1e6
-
-
 def session_tree(session: object) -> tuple[int, list[int]]:
     """(bwrap's pid, [the supervisor, the file server, ...]) of a bwrap session."""
     inner = getattr(session, "inner", session)
@@ -456,48 +378,6 @@ def idle_cpu(sessions: int, seconds: float) -> tuple[list[float], list[float]]:
 # ------------------------------------------------------------------------------ report
 
 
-def fmt(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:9.3f}" if abs(value) < 0.1 else f"{value:9.2f}"
-
-
-def print_rows(rows: dict[str, Row], title: str = "measurement") -> None:
-    width = max(len(title), *(len(r.name) for r in rows.values()))
-    print()
-    print(f"{title:<{width}}  {'n':>4}  {'median ms':>9}  {'p95 ms':>9}")
-    print(f"{'-' * width}  {'-' * 4}  {'-' * 9}  {'-' * 9}")
-    for row in rows.values():
-        if row.error:
-            print(f"{row.name:<{width}}  {'':>4}  n/a ({row.error})")
-        else:
-            print(f"{row.name:<{width}}  {len(row.samples):>4}  {fmt(row.median)}  {fmt(row.p95)}")
-
-
-def print_ratios(
-    rows: dict[str, Row], ratios: list[tuple[str, str, str, str, float | None]]
-) -> None:
-    """Ratios of medians; a target of None prints the value without a verdict."""
-    print()
-    ratios = [r for r in ratios if r[1] in rows and r[2] in rows]
-    rwidth = max(len(r[0]) for r in ratios)
-    print(f"{'ratio (medians)':<{rwidth}}  {'value':>7}  {'target':>7}  verdict")
-    print(f"{'-' * rwidth}  {'-' * 7}  {'-' * 7}  {'-' * 7}")
-    for label, top, bottom, op, target in ratios:
-        a, b = rows[top].median, rows[bottom].median
-        if a is None or b is None or b == 0:
-            missing = rows[top].name if a is None else rows[bottom].name
-            shown = f"{op}{target:<5}" if target is not None else ""
-            print(f"{label:<{rwidth}}  {'n/a':>7}  {shown:>7}  n/a (missing: {missing})")
-            continue
-        value = a / b
-        if target is None:
-            print(f"{label:<{rwidth}}  {value:7.2f}")
-            continue
-        met = value <= target if op == "<=" else value >= target
-        print(f"{label:<{rwidth}}  {value:7.2f}  {op}{target:<5}  {'met' if met else 'NOT met'}")
-
-
 def cpu_rows(k: int, idle_sessions: int, idle_seconds: float, fat_mb: int) -> dict[str, Row]:
     rows: dict[str, Row] = {}
     python = ["/usr/bin/python3", "-I", "-S", "-c", "pass"]
@@ -574,6 +454,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer samples")
     parser.add_argument("--cpu-only", action="store_true", help="only the CPU measurements")
+    parser.add_argument(
+        "--pool-only", action="store_true", help="only the pool's rows and the warm calls"
+    )
+    parser.add_argument("--pool-spares", type=int, default=8, help="spares left idle")
     parser.add_argument("--idle-sessions", type=int, default=20, help="sessions left idle")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="how long they idle")
     parser.add_argument(
@@ -587,6 +471,18 @@ def main() -> int:
 
     def add(key: str, name: str, body: Callable[[], list[float]]) -> None:
         rows[key] = measure(name, body)
+
+    if args.pool_only:
+        add("warm_bwrap", "warm bwrap session call of `true`", lambda: warm_call("bwrap", 200 // k))
+        add(
+            "warm_docker",
+            "warm docker session call of `true`",
+            lambda: warm_call("docker", 100 // k),
+        )
+        pool_rows(rows, k)
+        pool_cpu = pool_cpu_rows(args.pool_spares, args.idle_seconds)
+        print_pool(rows, pool_cpu)
+        return 0
 
     if not args.cpu_only:
         add("plain", "plain subprocess exec of `true`", lambda: plain_exec(200 // k))
@@ -619,8 +515,10 @@ def main() -> int:
         add("tls_direct", "new TLS connection direct", lambda: tls_body(1))
         if not tls and rows["tls_proxied"].error:
             rows["tls_direct"].error = rows["tls_proxied"].error
+        pool_rows(rows, k)
 
     cpu = cpu_rows(k, args.idle_sessions, args.idle_seconds, args.fat_mb)
+    pool_cpu = pool_cpu_rows(args.pool_spares, args.idle_seconds)
 
     if rows:
         print_rows(rows)
@@ -641,6 +539,7 @@ def main() -> int:
                 ("proxied / direct TLS connection", "tls_proxied", "tls_direct", "<=", 1.6),
             ],
         )
+    print_pool(rows, pool_cpu)
     print_rows(cpu, "CPU (user + system) of the sandbox processes")
     print_ratios(
         cpu,

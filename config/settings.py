@@ -422,6 +422,8 @@ FORGE_SERVER_CPU_SECONDS = env.int("FORGE_SERVER_CPU_SECONDS", default=3600)
 
 # seconds without a call before a worker closes a run's warm sandbox session
 MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS = env.int("MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS", default=300)
+# spare sandboxes each worker process keeps started for the next runs (runs.sessions); 0: none
+MOTOR_SANDBOX_POOL_SIZE = env.int("MOTOR_SANDBOX_POOL_SIZE", default=2)
 # seconds one browser action (navigate, click, ...) may take inside the page
 MOTOR_BROWSER_ACTION_TIMEOUT_SECONDS = env.float(
     "MOTOR_BROWSER_ACTION_TIMEOUT_SECONDS", default=10.0

@@ -248,6 +248,7 @@ def _run_slice(
             # the skill policy's shell allowlist, enforced by the sandbox's bash validator
             bash_allowlist=standing_of(run).bash_allowlist,
             layer=layer,
+            tools=run.tools,
         )
         # The slice goes on, iteration after iteration, while its time budget lasts, so one run
         # does not hold a worker thread from the runs queued behind it.

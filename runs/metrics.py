@@ -51,7 +51,8 @@ TOOL_CALL_FAILURES = Counter(
 )
 SANDBOX_STARTS = Counter(
     "motor_sandbox_session_starts",
-    "Run sandbox sessions handed to a slice: cold (opened now) or warm (kept from before).",
+    "Run sandbox sessions handed to a slice: cold (opened now), pooled (a spare adopted) or warm"
+    " (kept from before).",
     ["kind"],
 )
 SANDBOX_SESSIONS_OPEN = Gauge(

@@ -1,7 +1,8 @@
 """The sandbox session of each run, kept warm across its slices within one worker process.
 
 A run's first sandboxed call opens a session (workspace, egress allowlist) registered under the
-run id in this process's registry (`sandbox.session.SessionRegistry`). Later slices of the same run
+run id in this process's registry (`sandbox.session.SessionRegistry`), adopting one of the
+process's spare sandboxes (`session_pool`, sandbox.pool) when it can. Later slices of the same run
 that land in this process reuse it; a slice in another process opens its own, and the one left
 behind is closed by the registry's reaper after MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS without a
 call. The runtime closes it itself when the run ends, is cancelled or its slice loses the lease.
@@ -54,61 +55,178 @@ def idle_timeout_s() -> float:
     return float(getattr(settings, "MOTOR_SANDBOX_IDLE_TIMEOUT_SECONDS", 300))
 
 
+def _run_limits() -> Any:  # sandbox.types.Limits
+    """The limits of every run's session (the pool's spares are started with the same)."""
+    from dataclasses import replace
+
+    from sandbox.types import Limits
+
+    return replace(Limits(), idle_timeout_s=idle_timeout_s())
+
+
+def _workspace_identity(workspace: str) -> tuple[int, int] | None:
+    try:
+        st = os.lstat(workspace)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def run_session_get(
-    *, run_id: str, workspace: str, allowed_domains: tuple[str, ...], layer: Path | None = None
+    *,
+    run_id: str,
+    workspace: str,
+    allowed_domains: tuple[str, ...],
+    layer: Path | None = None,
+    tools: tuple[str, ...] | list[str] = (),
 ) -> Any:  # sandbox.session.ManagedSession
     """The open session of `run_id` in this process, opened now when there is none. A new
     session mounts the dependency `layer` (a directory, runs.layers) read-only, with the
-    variables that put it on python3's and node's import paths (sandbox.layers).
+    variables that put it on python3's and node's import paths (sandbox.layers), and what the
+    browser needs inside only when the run's granted `tools` include "browser".
+
+    A session without such mounts is taken from this process's pool of spare sandboxes when it
+    has one (`session_pool`), else started now. An open session whose workspace directory is no
+    longer the one it has at /workspace (a session in another process took a spare for the run,
+    which moves the workspace into the spare's directory) is closed and replaced.
 
     Raises sandbox.types.SandboxError when the sandbox cannot start; nothing runs unsandboxed.
     """
     registry = _sessions()
     session = registry.get(run_id)
     if session is not None and not session.closed:
-        SANDBOX_STARTS.labels(kind="warm").inc()
-        return session
+        bound = getattr(session, "workspace_identity", None)
+        if bound is None or bound == _workspace_identity(workspace):
+            SANDBOX_STARTS.labels(kind="warm").inc()
+            return session
+        logger.info("run %s: the workspace was moved to another sandbox; reopening", run_id)
+        run_session_close(run_id)
+        session = registry.get(run_id)
     if session is not None:
         registry.forget(session)
-    from dataclasses import replace
 
     from runs.workspaces import NotAProjectWorkspace, check_run_workspace
     from sandbox.session import open_session
-    from sandbox.types import Limits, NetworkPolicy, SandboxError, SessionSpec
+    from sandbox.types import NetworkPolicy, SandboxError, SessionSpec
 
     try:
         # checked again where it is bound: the sandbox takes the directory over
         check_run_workspace(workspace)
     except NotAProjectWorkspace as exc:
         raise SandboxError(str(exc)) from None
-    from sandbox.browser import browser_mounts
 
-    mounts: tuple[tuple[Path, str], ...] = ()
+    mounts: list[tuple[Path, str]] = []
     environment: dict[str, str] = {}
+    if "browser" in tools:
+        from sandbox.browser import browser_mounts
+
+        # what the browser tool needs inside (Playwright, Chromium's policy), read-only
+        mounts += browser_mounts()
     if layer is not None:
         from sandbox.layers import LAYER_MOUNT, layer_environment
 
-        mounts = ((layer, LAYER_MOUNT),)
+        # the skill's dependency layer, read-only
+        mounts.append((layer, LAYER_MOUNT))
         environment = layer_environment()
     spec = SessionSpec(
         workspace=Path(workspace),
-        # what the browser tool needs inside (Playwright, Chromium's policy) and the skill's
-        # dependency layer, read-only
-        readonly_mounts=(*browser_mounts(), *mounts),
+        readonly_mounts=tuple(mounts),
         network=NetworkPolicy(allowed_domains=allowed_domains),
         environment=environment,
-        limits=replace(Limits(), idle_timeout_s=idle_timeout_s()),
+        limits=_run_limits(),
         session_id=run_id,
         on_connection=_count_egress,
     )
-    opened = open_session(
-        spec,
-        settings.SANDBOX_BACKEND,
-        allow_local=bool(getattr(settings, "SANDBOX_ALLOW_LOCAL", False)),
-        session_registry=registry,
-    )
-    SANDBOX_STARTS.labels(kind="cold").inc()
+    try:
+        pool = session_pool()
+    except Exception:  # noqa: BLE001 - without spares the session opens cold, as before
+        logger.exception("the sandbox pool is not available")
+        pool = None
+    adopted = pool.take(spec) if pool is not None else None
+    if adopted is not None:
+        opened = registry.add(adopted, spec.limits.idle_timeout_s)
+        SANDBOX_STARTS.labels(kind="pooled").inc()
+    else:
+        opened = open_session(
+            spec,
+            settings.SANDBOX_BACKEND,
+            allow_local=bool(getattr(settings, "SANDBOX_ALLOW_LOCAL", False)),
+            session_registry=registry,
+        )
+        SANDBOX_STARTS.labels(kind="cold").inc()
+    opened.workspace_identity = _workspace_identity(workspace)
     return opened
+
+
+_pool_lock = threading.Lock()
+_pool: Any = None
+_pool_key: tuple[object, ...] = ()
+
+#: the backends that can keep spare sandboxes
+POOL_BACKENDS = ("bwrap", "docker")
+
+
+def pool_size() -> int:
+    """MOTOR_SANDBOX_POOL_SIZE: spare sandboxes each worker process keeps (0: none)."""
+    return max(0, int(getattr(settings, "MOTOR_SANDBOX_POOL_SIZE", 2)))
+
+
+def session_pool() -> Any:  # sandbox.pool.SessionPool | None
+    """This process's pool of spare sandboxes (sandbox.pool), started on first use and anew
+    after a fork or when the settings it was made for changed; None when MOTOR_SANDBOX_POOL_SIZE
+    is 0 or the backend keeps none (local). A backend that cannot start raises SandboxError,
+    as opening a session would."""
+    global _pool, _pool_key
+    from runs.workspaces import POOL_DIR, workspaces_root
+
+    size = pool_size()
+    backend_name = str(settings.SANDBOX_BACKEND)
+    key = (os.getpid(), backend_name, size, str(workspaces_root()))
+    with _pool_lock:
+        if _pool is not None and _pool_key == key and not _pool.closed:
+            return _pool
+        stale, stale_key = _pool, _pool_key
+        _pool, _pool_key = None, ()
+        if stale is not None and stale_key[:1] == (os.getpid(),):
+            # a pool of this process made for other settings; a parent's (before a fork) is
+            # left alone: its sandboxes are the parent's
+            stale.close()
+        if size == 0 or backend_name not in POOL_BACKENDS:
+            return None
+        from sandbox.backends import get_backend
+        from sandbox.pool import SessionPool, sweep_slots
+
+        backend = get_backend(
+            backend_name, allow_local=bool(getattr(settings, "SANDBOX_ALLOW_LOCAL", False))
+        )
+        # the spares' slots live beside the workspaces, on their file system: adopting one
+        # renames the run's workspace into it
+        slot_root = workspaces_root() / POOL_DIR
+        sweep_slots(slot_root)
+        _pool = SessionPool(backend, size=size, slot_root=slot_root, limits=_run_limits())
+        _pool_key = key
+        _pool.start()
+        atexit.register(_pool.close)
+        return _pool
+
+
+def session_pool_start() -> None:
+    """Fill this process's pool now (a worker process calls it when it starts), so its first
+    run finds a spare. Never raises: a sandbox that cannot start fails the run's call instead."""
+    try:
+        session_pool()
+    except Exception:  # noqa: BLE001 - the first call reports it
+        logger.exception("the sandbox pool could not start")
+
+
+def session_pool_stop() -> None:
+    """Close this process's pool: every spare closed, its uid lease returned, its slot removed."""
+    global _pool, _pool_key
+    with _pool_lock:
+        pool, key = _pool, _pool_key
+        _pool, _pool_key = None, ()
+    if pool is not None and key[:1] == (os.getpid(),):
+        pool.close()
 
 
 def _count_egress(report: Any) -> None:  # sandbox.types.ConnectionReport

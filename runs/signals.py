@@ -5,7 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.signals import worker_process_init, worker_ready
+from celery.signals import (
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,3 +57,33 @@ def warm_runtime_on_worker_start(sender: Any = None, **_: Any) -> None:
         runtime_warm()
     except Exception:  # noqa: BLE001 - the first slice loads it again and reports any error
         logger.exception("could not load the runtime ahead of the first run")
+
+
+@worker_ready.connect(dispatch_uid="runs.sandbox_pool_on_worker_ready")
+@worker_process_init.connect(dispatch_uid="runs.sandbox_pool_on_worker_process_init")
+def sandbox_pool_on_worker_start(sender: Any = None, **_: Any) -> None:
+    """Once per worker process that runs slices (the main one of a threads or solo worker, each
+    prefork child, never a prefork parent): start its spare sandboxes (MOTOR_SANDBOX_POOL_SIZE),
+    so its first run's first call does not wait for one."""
+    from runs.sessions import session_pool_start
+
+    controller = getattr(sender, "controller", None)
+    pool_cls = getattr(controller, "pool_cls", "")
+    name = pool_cls if isinstance(pool_cls, str) else getattr(pool_cls, "__module__", "")
+    if "prefork" in name:
+        return  # the children, which run the slices, start their own (worker_process_init)
+
+    session_pool_start()
+
+
+@worker_shutdown.connect(dispatch_uid="runs.sandbox_pool_on_worker_shutdown")
+@worker_process_shutdown.connect(dispatch_uid="runs.sandbox_pool_on_worker_process_shutdown")
+def sandbox_pool_on_worker_stop(sender: Any = None, **_: Any) -> None:
+    """A worker process that ends closes its spare sandboxes (uid leases returned, slots
+    removed) instead of leaving them to the next start's sweep."""
+    from runs.sessions import session_pool_stop
+
+    try:
+        session_pool_stop()
+    except Exception:  # noqa: BLE001 - the sandboxes die with the process anyway
+        logger.exception("closing the sandbox pool failed")

@@ -264,8 +264,11 @@ class SandboxSlot:
         allowed_domains: Sequence[str],
         bash_allowlist: Sequence[str] | None = None,
         layer: Path | None = None,
+        tools: Sequence[str] = (),
     ) -> None:
         self.run_id = run_id
+        # the run's granted tools: the browser's mounts go only to a session of a run granted it
+        self.tools = tuple(tools)
         # the run's dependency layer (runs.layers), mounted read-only when the session opens
         self.layer = layer
         self.workspace = workspace
@@ -307,6 +310,7 @@ class SandboxSlot:
                 workspace=self.workspace,
                 allowed_domains=self.allowed_domains,
                 layer=self.layer,
+                tools=self.tools,
             )
         return self._session
 

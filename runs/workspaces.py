@@ -2,7 +2,8 @@
 
 The sandbox binds a run's workspace read-write and, under a root worker, gives every file in it
 to the sandbox uid. So a workspace must be a directory the project made for that run: an existing
-directory strictly inside MOTOR_WORKSPACES_DIR, reached without a symlink. An empty path (which
+directory strictly inside MOTOR_WORKSPACES_DIR, reached without a symlink, and not in its
+`.pool` directory (the spare sandboxes' slots, runs.sessions). An empty path (which
 would open the session on the worker's current directory), the workspaces dir itself, or any
 other directory of the host — a project checkout, a home directory, another service's data — is
 refused, by run_start before a run exists and again where a session is opened.
@@ -21,6 +22,10 @@ RULE = "project_workspace"
 
 class NotAProjectWorkspace(ValueError):
     """The path is not a workspace the project created for a run; the message names the rule."""
+
+
+#: the directory inside MOTOR_WORKSPACES_DIR holding the spare sandboxes' slots (runs.sessions)
+POOL_DIR = ".pool"
 
 
 def workspaces_root() -> Path:
@@ -60,4 +65,9 @@ def check_run_workspace(workspace: object) -> str:
         )
     if real == real_root or real_root not in real.parents:
         raise NotAProjectWorkspace(f"workspace: {workspace!r} is outside the workspaces; {rule}")
+    if real.relative_to(real_root).parts[0] == POOL_DIR:
+        # a spare sandbox's slot: it becomes another run's workspace when that run adopts it
+        raise NotAProjectWorkspace(
+            f"workspace: {workspace!r} is a spare sandbox's directory, not a run's; {rule}"
+        )
     return str(path)

@@ -8,8 +8,8 @@ A session's processes (the bwrap sandbox, its supervisor, the browser and everyt
 normally end with the session: closing it kills the PID namespace, and a dead owner takes bwrap
 with it (--die-with-parent). This module is the watchdog beside that: `bwrap_sandboxes()` lists
 every bwrap sandbox on the host by session id (the id prefixes the session's runtime directory,
-which bwrap's command line names), whichever process owns it, and `kill_sandbox()` SIGKILLs one
-with every process below it. The caller decides which sessions are orphans (runs: those whose
+which bwrap's command line names; a pooled sandbox a run adopted names its run in a file there),
+whichever process owns it, and `kill_sandbox()` SIGKILLs one with every process below it. The caller decides which sessions are orphans (runs: those whose
 run is no longer active).
 """
 
@@ -21,7 +21,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from sandbox.backends.bwrap_runtime import _default_runtime_root
+from sandbox.backends.bwrap_runtime import SESSION_FILE, _default_runtime_root
 from sandbox.types import SandboxError
 
 
@@ -71,9 +71,21 @@ def bwrap_sandboxes(runtime_root: Path | None = None) -> dict[str, list[int]]:
                 directory = token[len(root) :].split(b"/", 1)[0]
                 session, sep, _suffix = directory.rpartition(b"-")
                 if sep and session:
-                    found.setdefault(session.decode("utf-8", "replace"), []).append(int(name))
+                    name_ = _adopted_by(root + directory) or session.decode("utf-8", "replace")
+                    found.setdefault(name_, []).append(int(name))
                 break
     return found
+
+
+def _adopted_by(runtime_dir: bytes) -> str | None:
+    """The session a pooled sandbox serves since a run adopted it (its runtime dir's name is
+    the pool slot's), None for a sandbox started for its session."""
+    try:
+        with open(os.path.join(runtime_dir, SESSION_FILE.encode()), "rb") as fh:
+            text = fh.read(256).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    return text or None
 
 
 def kill_sandbox(pids: list[int]) -> list[int]:

@@ -36,6 +36,9 @@ class ManagedSession:
         self.backend = inner.backend
         self.idle_timeout_s = idle_timeout_s
         self.last_used = time.monotonic()
+        #: (st_dev, st_ino) of the workspace directory the session has at /workspace, when its
+        #: opener recorded it
+        self.workspace_identity: tuple[int, int] | None = None
         self._busy = 0
         self._lock = threading.Lock()
         self._registry = weakref.ref(registry)

@@ -65,6 +65,7 @@ from sandbox.backends.bwrap_args import (
 )
 from sandbox.backends.bwrap_launch import _find_bwrap, _Launcher, _spawner
 from sandbox.backends.bwrap_runtime import (
+    SESSION_FILE,
     _default_runtime_root,
     _open_files_under,
     _private_dir,
@@ -78,13 +79,46 @@ from sandbox.backends.mounts import check_bwrap_args
 from sandbox.inside.protocol import ProtocolError
 from sandbox.inside.supervisor import BOOT as SUPERVISOR_BOOT
 from sandbox.inside.supervisor import precompile
-from sandbox.types import SandboxError, SessionSpec
+from sandbox.types import Limits, SandboxError, SessionSpec
 
 logger = logging.getLogger(__name__)
 
 INSIDE_DIR = Path(__file__).resolve().parent.parent / "inside"
 #: a runtime dir without an owner record younger than this may still be being set up (seconds)
 UNOWNED_GRACE_S = 60.0
+
+
+#: the supervisor's egress bridge: 127.0.0.1:3128 inside, to the proxy's socket
+_BRIDGE: dict[str, Any] = {
+    "listen_host": "127.0.0.1",
+    "listen_port": BRIDGE_PORT,
+    "unix_path": "/run/motor-cortex/egress.sock",
+}
+
+
+def supervisor_config(
+    spec: SessionSpec, env: dict[str, str], bridge: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The supervisor's CONFIG for a session of `spec` (sandbox/inside/supervisor.py)."""
+    limits = spec.limits
+    return {
+        "limits": {
+            "memory_bytes": limits.memory_bytes,
+            "max_processes": limits.max_processes,
+            "file_size_bytes": limits.file_size_bytes,
+            "open_files": limits.open_files,
+            "cpu_seconds": limits.cpu_seconds,
+            "output_bytes": limits.output_bytes,
+            "workspace_bytes": limits.workspace_bytes,
+            "default_timeout_s": limits.default_timeout_s,
+            "quota_interval_s": limits.quota_interval_s,
+        },
+        "env": env,
+        "workspace": "/workspace",
+        "sweep": True,
+        "unix_pairs": spec.allow_unix_pairs,
+        "bridge": bridge,
+    }
 
 
 class BwrapBackend:
@@ -181,6 +215,65 @@ class BwrapBackend:
 
     def open(self, spec: SessionSpec) -> BwrapSession:
         session_id = spec.session_id or secrets.token_hex(8)
+        session, bridge = self._launch(spec, session_id, pooled=False)
+        try:
+            session.handshake(supervisor_config(spec, environment(spec), bridge))
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+    def open_pooled(self, *, workspace: Path, limits: Limits, pool_id: str) -> BwrapSession:
+        """Start a sandbox no run owns yet (see sandbox/pool.py): its uid leased, `workspace`
+        (an empty slot directory) bound at /workspace, the egress socket's directory bound but
+        no proxy behind it, and the supervisor hardened and waiting for its configuration.
+        `adopt` hands it to a run."""
+        spec = SessionSpec(workspace=workspace, limits=limits, session_id=pool_id)
+        session, _bridge = self._launch(spec, pool_id, pooled=True)
+        try:
+            session.prepare(supervisor_config(spec, environment(spec), None))
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+    def adopt(self, session: BwrapSession, spec: SessionSpec) -> None:
+        """Make the pooled `session` the session of `spec` (whose workspace the caller has
+        already made the very directory the sandbox has at /workspace): the workspace handed to
+        its uid, the run's own egress proxy when its policy allows any domain, and the
+        supervisor's configuration (the run's environment and limits), which goes with the first
+        call. On failure the session is closed and SandboxError raised; a configuration the
+        supervisor refuses fails that first call with SandboxError instead."""
+        try:
+            session.id = spec.session_id or session.id
+            session.spec = spec
+            if session.lease is not None:
+                _chown_tree(Path(spec.workspace), session.lease.uid, session.lease.uid, self._uids)
+            bridge: dict[str, Any] | None = None
+            if spec.network.enabled:
+                session.set_proxy(
+                    self._start_proxy(
+                        spec,
+                        session.id,
+                        session.runtime_dir / "net" / "egress.sock",
+                        session.host_uid,
+                    )
+                )
+                bridge = _BRIDGE
+            # sent with the first call: no round trip of its own on the run's way
+            session.configure_with_first_call(supervisor_config(spec, environment(spec), bridge))
+            # the run this sandbox now serves, for bwrap_sandboxes() (its command line still
+            # names the pool's runtime dir); the sandbox cannot write to its runtime dir
+            (session.runtime_dir / SESSION_FILE).write_text(session.id)
+        except BaseException:
+            session.close()
+            raise
+
+    def _launch(
+        self, spec: SessionSpec, session_id: str, *, pooled: bool
+    ) -> tuple[BwrapSession, dict[str, Any] | None]:
+        """Start bwrap and its supervisor for `spec` (unconfigured); with `pooled`, the egress
+        socket's directory is bound whatever the policy, and no proxy is started."""
         workspace = Path(spec.workspace)
         try:
             st = os.lstat(workspace)
@@ -262,20 +355,17 @@ class BwrapBackend:
                 bind(Path(host_path), inside, writable=False)
 
             bridge: dict[str, Any] | None = None
-            if spec.network.enabled:
+            if spec.network.enabled or pooled:
                 # The directory stays the worker's (the sandbox uid may only traverse it) and is
                 # bound read-only: the sandbox can connect to the socket, which the proxy hands to
                 # its uid, but can neither write files there nor remove the socket.
                 net_dir = runtime_dir / "net"
                 net_dir.mkdir(mode=0o711)
                 os.chmod(net_dir, 0o711)  # noqa: S103 - traverse only, no listing
-                proxy = self._start_proxy(spec, session_id, net_dir / "egress.sock", host_uid)
+                if not pooled:
+                    proxy = self._start_proxy(spec, session_id, net_dir / "egress.sock", host_uid)
+                    bridge = _BRIDGE
                 args += ["--ro-bind", str(net_dir), "/run/motor-cortex"]
-                bridge = {
-                    "listen_host": "127.0.0.1",
-                    "listen_port": BRIDGE_PORT,
-                    "unix_path": "/run/motor-cortex/egress.sock",
-                }
             args += ["--remount-ro", "/", "--chdir", "/workspace"]
             args += ["/usr/bin/python3", "-I", "-S", "-B", "-c", SUPERVISOR_BOOT, "serve"]
             check_bwrap_args(args)
@@ -330,30 +420,7 @@ class BwrapBackend:
             if lease is not None:
                 lease.release()
             raise
-        config = {
-            "limits": {
-                "memory_bytes": limits.memory_bytes,
-                "max_processes": limits.max_processes,
-                "file_size_bytes": limits.file_size_bytes,
-                "open_files": limits.open_files,
-                "cpu_seconds": limits.cpu_seconds,
-                "output_bytes": limits.output_bytes,
-                "workspace_bytes": limits.workspace_bytes,
-                "default_timeout_s": limits.default_timeout_s,
-                "quota_interval_s": limits.quota_interval_s,
-            },
-            "env": env,
-            "workspace": "/workspace",
-            "sweep": True,
-            "unix_pairs": spec.allow_unix_pairs,
-            "bridge": bridge,
-        }
-        try:
-            session.handshake(config)
-        except BaseException:
-            session.close()
-            raise
-        return session
+        return session, bridge
 
     def _start_proxy(self, spec: SessionSpec, session_id: str, socket_path: Path, uid: int) -> Any:
         try:

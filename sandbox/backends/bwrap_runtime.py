@@ -14,6 +14,9 @@ from sandbox.types import SandboxError
 
 #: the file in a session's runtime dir naming its owning process and sandbox uid
 OWNER_FILE = "owner.json"
+#: the file in a pooled session's runtime dir naming the run that adopted it (the dir's own
+#: name, which bwrap's command line shows, names the pool slot it was started as)
+SESSION_FILE = "session"
 
 
 def _default_runtime_root() -> Path:

@@ -76,6 +76,8 @@ class BwrapSession:
         self._wfd = proc.stdin.fileno()
         self._rfd = proc.stdout.fileno()
         self._rbuf = bytearray()
+        #: a configure frame sent ahead of the first call (an adopted pooled sandbox)
+        self._configure_frame = b""
 
     # ------------------------------------------------------------------ protocol plumbing
 
@@ -133,6 +135,50 @@ class BwrapSession:
         except OSError:
             return ""
         return f": {tail}" if tail else ""
+
+    def prepare(self, config: Mapping[str, Any]) -> None:
+        """Have the supervisor of a pooled sandbox harden itself and load what it needs (with
+        `config`: the limits its run will have, nothing of the run), and wait until it has (it
+        then waits for its configuration)."""
+        self._send({"op": "prepare", "config": dict(config)})
+        reply = self._recv(time.monotonic() + STARTUP_TIMEOUT_S)
+        if reply.get("op") != "prepared":
+            raise SandboxError(f"sandbox failed to start: {reply.get('message', reply)}")
+
+    @property
+    def lease(self) -> _UidLease | None:
+        return self._lease
+
+    @property
+    def runtime_dir(self) -> Path:
+        return self._runtime_dir
+
+    @property
+    def pid(self) -> int:
+        """bwrap's pid (the sandbox's processes are below it)."""
+        return self._proc.pid
+
+    def alive(self) -> bool:
+        """Whether bwrap still runs and the supervisor's stdout is still open (a spare waiting
+        in a pool can be killed from outside meanwhile); no round trip."""
+        if self._closed or self._proc.poll() is not None:
+            return False
+        try:
+            ready, _, _ = select.select([self._rfd], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        # a prepared supervisor says nothing until it is configured: readable means EOF
+        return not ready
+
+    def set_proxy(self, proxy: Any) -> None:
+        """The egress proxy this session closes with it (set once, when a run adopts it)."""
+        self._proxy = proxy
+
+    def configure_with_first_call(self, config: Mapping[str, Any]) -> None:
+        """Configure a prepared (pooled) supervisor in the same write as the session's first
+        call, so the call costs no extra round trip; the call fails with SandboxError (and the
+        session is closed) when the supervisor does not answer it with `ready`."""
+        self._configure_frame = encode_frame({"op": "configure", "config": dict(config)})
 
     def handshake(self, config: Mapping[str, Any]) -> None:
         self._send({"op": "configure", "config": dict(config)})
@@ -192,8 +238,15 @@ class BwrapSession:
             except ProtocolError as exc:
                 raise ValueError(f"exec request too large: {exc}") from exc
             self._caller = threading.get_ident()
+            configure, self._configure_frame = self._configure_frame, b""
             try:
-                self._send_bytes(frame)
+                self._send_bytes(configure + frame)
+                if configure:
+                    ready = self._recv(time.monotonic() + STARTUP_TIMEOUT_S)
+                    if ready.get("op") != "ready":
+                        raise SandboxError(
+                            f"sandbox failed to start: {ready.get('message', ready)}"
+                        )
                 reply = self._recv(time.monotonic() + message["timeout_s"] + RESULT_GRACE_S)
             except SandboxError as exc:
                 closed_meanwhile = self._closed

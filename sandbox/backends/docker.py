@@ -55,7 +55,7 @@ from sandbox.egress import EgressProxy, PolicyError, Resolver
 from sandbox.inside.protocol import ProtocolError, encode_frame
 from sandbox.inside.supervisor import BOOT as SUPERVISOR_BOOT
 from sandbox.inside.supervisor import precompile
-from sandbox.types import NetworkPolicy, SandboxError, SessionSpec
+from sandbox.types import Limits, NetworkPolicy, SandboxError, SessionSpec
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +206,37 @@ class DockerBackend:
 
     def open(self, spec: SessionSpec) -> DockerSession:
         """Start the session's container (and its egress proxy when the policy allows network)."""
+        return self._launch(spec, pooled=False)
+
+    def open_pooled(self, *, workspace: Path, limits: Limits, pool_id: str) -> DockerSession:
+        """Start a container no run owns yet (see sandbox/pool.py): `workspace` (an empty slot
+        directory) bound at /workspace, a runtime dir bound at /run/motor-cortex with no proxy
+        in it, and the supervisor hardened and waiting for its configuration. `adopt` hands it
+        to a run."""
+        return self._launch(
+            SessionSpec(workspace=workspace, limits=limits, session_id=pool_id), pooled=True
+        )
+
+    def adopt(self, session: DockerSession, spec: SessionSpec) -> None:
+        """Make the pooled `session` the session of `spec` (whose workspace the caller has
+        already made the very directory the container has at /workspace): the files handed to
+        the sandbox uid, the run's own egress proxy when its policy allows any domain, and the
+        supervisor's configuration (the run's environment and limits), which goes with the first
+        call. On failure the session is closed and SandboxError raised; a configuration the
+        supervisor refuses fails that first call with SandboxError instead."""
+        try:
+            _prepare_workspace(Path(spec.workspace))
+            proxy: EgressProxy | None = None
+            if spec.network.enabled:
+                assert session.runtime_dir is not None
+                proxy = self._proxy_at(session.runtime_dir, spec.session_id or session.id, spec)
+            environment = self._environment(spec.environment, spec.network)
+            session.adopted(spec, proxy, _supervisor_config(spec, environment))
+        except BaseException:
+            session.close()
+            raise
+
+    def _launch(self, spec: SessionSpec, *, pooled: bool) -> DockerSession:
         from docker.errors import DockerException, ImageNotFound
 
         session_id = spec.session_id or uuid.uuid4().hex[:16]
@@ -226,8 +257,10 @@ class DockerBackend:
         try:
             mounts = self._mounts(workspace, spec.readonly_mounts)
             environment = self._environment(spec.environment, spec.network)
-            if spec.network.enabled:
-                runtime_dir, proxy = self._start_proxy(session_id, spec)
+            if spec.network.enabled or pooled:
+                runtime_dir = self._runtime_dir_make(session_id)
+                if not pooled:
+                    proxy = self._proxy_at(runtime_dir, session_id, spec)
                 mounts.append(self._bind(runtime_dir, RUNTIME_MOUNT, read_only=True))
             labels = {
                 LABEL_SESSION: session_id,
@@ -279,7 +312,10 @@ class DockerBackend:
                 )
             )
             container.start()
-            self._handshake(stream, _supervisor_config(spec, environment))
+            if pooled:
+                self._prepare(stream, _supervisor_config(spec, environment))
+            else:
+                self._handshake(stream, _supervisor_config(spec, environment))
             return DockerSession(
                 client=self._client,
                 container=container,
@@ -356,7 +392,8 @@ class DockerBackend:
             Ulimit(name="nproc", soft=_NPROC_CEILING, hard=_NPROC_CEILING),
         ]
 
-    def _start_proxy(self, session_id: str, spec: SessionSpec) -> tuple[Path, EgressProxy]:
+    def _runtime_dir_make(self, session_id: str) -> Path:
+        """The session's runtime dir, for the egress socket (traversable by the sandbox uid)."""
         runtime_dir = Path(
             tempfile.mkdtemp(prefix=f"{_RUNTIME_PREFIX}{session_id}-", dir=self.runtime_root)
         )
@@ -365,7 +402,15 @@ class DockerBackend:
             os.chmod(runtime_dir, 0o750)  # noqa: S103 - group = the sandbox uid only
             if os.geteuid() == 0:
                 os.chown(runtime_dir, 0, SANDBOX_UID)
-            proxy = EgressProxy(
+        except BaseException:
+            shutil.rmtree(runtime_dir, ignore_errors=True)
+            raise
+        return runtime_dir
+
+    def _proxy_at(self, runtime_dir: Path, session_id: str, spec: SessionSpec) -> EgressProxy:
+        """Start the session's egress proxy on `runtime_dir`/egress.sock."""
+        try:
+            return EgressProxy(
                 session_id=session_id,
                 policy=spec.network,
                 socket_path=runtime_dir / "egress.sock",
@@ -374,15 +419,28 @@ class DockerBackend:
                 owner_uid=SANDBOX_UID,
             )
         except PolicyError as exc:
-            shutil.rmtree(runtime_dir, ignore_errors=True)
             raise SandboxError(f"docker backend: unusable network policy: {exc}") from exc
         except OSError as exc:
-            shutil.rmtree(runtime_dir, ignore_errors=True)
             raise SandboxError(f"docker backend: the egress proxy could not start: {exc}") from exc
-        except BaseException:
-            shutil.rmtree(runtime_dir, ignore_errors=True)
-            raise
-        return runtime_dir, proxy
+
+    @staticmethod
+    def _prepare(stream: _AttachedStream, config: dict[str, Any]) -> None:
+        """Have the supervisor of a pooled container harden itself (with `config`: the limits
+        its run will have, nothing of the run) and wait for `prepared`."""
+        try:
+            stream.send(encode_frame({"op": "prepare", "config": config}))
+        except (OSError, ProtocolError) as exc:
+            raise SandboxError(f"docker backend: cannot prepare the supervisor: {exc}") from exc
+        reply = stream.read_message(time.monotonic() + _START_TIMEOUT_S)
+        if reply is None or reply.get("op") != "prepared":
+            said = bytes(stream.stderr_tail).decode(errors="replace").strip()
+            detail = reply.get("message") if reply else f"no answer in {_START_TIMEOUT_S:.0f} s"
+            raise SandboxError(
+                f"docker backend: the sandbox supervisor did not start: {detail}"
+                + (f" ({said[-500:]})" if said else "")
+            )
+        if reply.get("uid") != SANDBOX_UID:
+            raise SandboxError(f"docker backend: supervisor runs as uid {reply.get('uid')}")
 
     @staticmethod
     def _handshake(stream: _AttachedStream, config: dict[str, Any]) -> None:

@@ -24,6 +24,8 @@ from sandbox.types import ExecRequest, ExecResult, SandboxError, SessionSpec
 log = logging.getLogger(__name__)
 
 _SUPERVISOR_GRACE_S = 10.0  # beyond a call's own timeout, before the supervisor counts as hung
+#: how long a supervisor may take to answer its configuration (seconds)
+_START_TIMEOUT_S = 15.0
 #: how long close() waits for a running call to notice its container is gone (seconds)
 _CLOSE_WAIT_S = 10.0
 _READ_CHUNK = 64 * 1024
@@ -126,6 +128,14 @@ class _AttachedStream:
             raise SandboxError("docker backend: supervisor sent a frame that is not an object")
         return message
 
+    def ended(self) -> bool:
+        """Whether the engine has closed the stream (without waiting or consuming anything)."""
+        try:
+            ready, _, _ = select.select([self.sock], [], [], 0)
+            return bool(ready) and self.sock.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
@@ -165,6 +175,7 @@ class DockerSession:
         self._state_lock = threading.Lock()
         self._stream_closed = False
         self._caller: int | None = None
+        self._configure_frame = b""
         self._oom_file = _cgroup_file(container.id, "memory", "memory.oom_control") or (
             _cgroup_file(container.id, "", "memory.events")
         )
@@ -203,6 +214,34 @@ class DockerSession:
         self._resident_room = True
 
     @property
+    def runtime_dir(self) -> Path | None:
+        return self._runtime_dir
+
+    def alive(self) -> bool:
+        """Whether the container's attach stream is still open (a spare waiting in a pool can
+        be removed from outside meanwhile); no engine round trip."""
+        return not self._closed and not self._stream.ended()
+
+    def adopted(self, spec: SessionSpec, proxy: EgressProxy | None, config: dict[str, Any]) -> None:
+        """This pooled session now serves `spec` (its id, its limits) with `proxy`, which it
+        closes with it; the supervisor's configuration `config` goes with the first call (no
+        round trip of its own), which fails with SandboxError when it is refused."""
+        self.id = spec.session_id or self.id
+        self._spec = spec
+        self._proxy = proxy
+        self._configure_frame = encode_frame({"op": "configure", "config": config})
+
+    def _ready_wait(self) -> None:
+        """Read the supervisor's answer to a configure frame sent with the first call."""
+        try:
+            ready = self._stream.read_message(time.monotonic() + _START_TIMEOUT_S)
+        except (OSError, ValueError) as exc:
+            self._break(f"reading the supervisor's answer failed: {exc}")
+        if ready is None or ready.get("op") != "ready":
+            detail = ready.get("message") if ready else "no answer"
+            self._break(f"the sandbox supervisor did not start: {detail}")
+
+    @property
     def container_id(self) -> str:
         return str(self._container.id)
 
@@ -221,10 +260,13 @@ class DockerSession:
             self._caller = threading.get_ident()
             try:
                 oom_before = _read_oom_kills(self._oom_file)
+                configure, self._configure_frame = self._configure_frame, b""
                 try:
-                    self._stream.send(encode_frame(message))
+                    self._stream.send(configure + encode_frame(message))
                 except (OSError, ProtocolError) as exc:
                     self._break(f"cannot send the call to the supervisor: {exc}")
+                if configure:
+                    self._ready_wait()
                 # the supervisor enforces the timeout itself; the margin only catches a hung one
                 deadline = time.monotonic() + message["timeout_s"] + _SUPERVISOR_GRACE_S
                 try:

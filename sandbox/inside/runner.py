@@ -113,15 +113,24 @@ class Runner(FileServing):
     starts and ends as before (the sweep included)."""
 
     def __init__(
-        self, config: Config, *, inherit: bool = False, host_fd: int | None = None
+        self,
+        config: Config,
+        *,
+        inherit: bool = False,
+        host_fd: int | None = None,
+        spawner: _Spawner | None = None,
     ) -> None:
+        """`spawner`: a spawner thread already started under the command filter of
+        `config.unix_pairs` (a pooled sandbox starts one before its run is known)."""
         self.config = config
         #: the host's request stream (serve mode). The host sends nothing while a call runs, so
         #: the stream turning readable mid-call means it ended: the owner is gone, and the call
         #: and everything it started are killed instead of running on unobserved.
         self._host_fd = host_fd
         self._child_setup = _ChildSetup(unix_pairs=config.unix_pairs)
-        self._spawner = _Spawner(unix_pairs=config.unix_pairs) if inherit else None
+        if spawner is None and inherit:
+            spawner = _Spawner(unix_pairs=config.unix_pairs)
+        self._spawner = spawner
         #: tools.py, loaded on the first file operation (serve mode only)
         self._tools: ModuleType | None = None
         #: the file server, while file operations follow each other

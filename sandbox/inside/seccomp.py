@@ -377,11 +377,19 @@ def prepare(
     allow_rlimit_changes: bool = False,
     allow_unix_pairs: bool = False,
 ) -> PreparedFilter:
-    """Build the filter for this machine, ready to install (possibly in a forked child)."""
-    return PreparedFilter(
-        build_filter(
-            allow_unix_sockets=allow_unix_sockets,
-            allow_rlimit_changes=allow_rlimit_changes,
-            allow_unix_pairs=allow_unix_pairs,
+    """Build the filter for this machine, ready to install (possibly in a forked child). Built
+    once per set of options in a process: a prepared filter is never changed, only installed."""
+    key = (allow_unix_sockets, allow_rlimit_changes, allow_unix_pairs)
+    prepared = _PREPARED.get(key)
+    if prepared is None:
+        prepared = _PREPARED[key] = PreparedFilter(
+            build_filter(
+                allow_unix_sockets=allow_unix_sockets,
+                allow_rlimit_changes=allow_rlimit_changes,
+                allow_unix_pairs=allow_unix_pairs,
+            )
         )
-    )
+    return prepared
+
+
+_PREPARED: dict[tuple[bool, bool, bool], PreparedFilter] = {}

@@ -26,6 +26,10 @@ Modes
 followed by that many bytes of UTF-8 JSON (one object). The supervisor's own diagnostics go to
 stderr. Conversation:
 
+0. optional, for a pooled sandbox that no run has adopted yet: host → ``{"op": "prepare",
+   "config": CONFIG}`` (the limits the run will have; nothing of a run),
+   supervisor → ``{"op": "prepared", "pid": int, "uid": int}`` once it has hardened itself and
+   loaded what configuring and the first command need; it then waits for step 1.
 1. host → ``{"op": "configure", "config": CONFIG}``
    supervisor → ``{"op": "ready", "pid": int, "uid": int, "bridge": bool}``
    or ``{"op": "error", "code": "sandbox_error", "message": str}`` (then it exits 1).
@@ -126,6 +130,7 @@ if TYPE_CHECKING or __package__:
     from .confine import harden_self
     from .protocol import (
         MAX_FRAME_BYTES,
+        Config,
         ProtocolError,
         _result,
         json_dumps,
@@ -191,6 +196,66 @@ def _install_own_filter() -> None:
     seccomp.prepare(allow_unix_sockets=True, allow_rlimit_changes=True).install()
 
 
+def _harden() -> None:
+    harden_self()
+    # The supervisor's own filter goes on before any thread exists, so every thread inherits
+    # it; it allows AF_UNIX, which the bridge needs to reach the host, and rlimit changes, with
+    # which the main thread hands the commands their limits. The spawner thread adds the
+    # command filter on top for itself and what it starts.
+    _install_own_filter()
+
+
+def _prepare(host_fd: int, config: Config) -> Runner:
+    """What a pooled sandbox does before any run adopts it: harden itself, load what the
+    configure frame and the first call would otherwise load while a run waits (tools.py among
+    it, for the file server), and, under the limits of `config` (those its run will have), run
+    one command (`true`) in the still empty slot directory. Returns that Runner, whose spawner
+    thread the run takes over (`_runner_for`). No file server is left running: it would cost a
+    process per spare and be stopped again by a run whose first call is a command."""
+    _harden()
+    import threading  # noqa: F401 - the bridge's
+
+    for name in ("resident", "bridge", "seccomp", "tools"):
+        _load_sibling(name)
+    _load_sibling("seccomp").prepare(allow_unix_pairs=True)
+    warm = Runner(config, inherit=True, host_fd=host_fd)
+    warm.run(parse_exec({"argv": ["/usr/bin/true"], "timeout_s": 10.0}, config))
+    return warm
+
+
+def _limits(config: Config) -> tuple[object, ...]:
+    return (
+        config.memory_bytes,
+        config.max_processes,
+        config.file_size_bytes,
+        config.open_files,
+        config.cpu_seconds,
+        config.output_bytes,
+        config.workspace_bytes,
+        config.default_timeout_s,
+        config.quota_interval_s,
+        config.workspace,
+        config.sweep,
+        config.unix_pairs,
+    )
+
+
+def _runner_for(config: Config, warm: Runner | None, host_fd: int) -> Runner:
+    """The Runner of a configured sandbox: a pooled one's warm Runner (its spawner thread
+    already running) when `config` has the limits it was prepared with, now
+    running with the run's environment; else a new one (on the warm spawner thread when it has
+    the filter `config` asks for)."""
+    if warm is not None and _limits(warm.config) == _limits(config):
+        warm.config = config
+        return warm
+    spawner = None
+    if warm is not None:
+        warm.stop_file_server()
+        if not config.unix_pairs and not warm.config.unix_pairs:
+            spawner = warm._spawner
+    return Runner(config, inherit=True, host_fd=host_fd, spawner=spawner)
+
+
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
     try:
         first = read_frame(stdin)
@@ -199,17 +264,30 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         return 1
     if first is None:
         return 0
+    prepared: Runner | None = None
+    if first.get("op") == "prepare":
+        # a pooled sandbox: everything that does not depend on the run, now; the configure
+        # frame comes when a run adopts it (which may be much later, or never)
+        try:
+            prepared = _prepare(stdin.fileno(), parse_config(first.get("config")))
+        except Exception as exc:  # noqa: BLE001 - reported, then we exit
+            write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
+            return 1
+        write_frame(stdout, {"op": "prepared", "pid": os.getpid(), "uid": os.getuid()})
+        try:
+            first = read_frame(stdin)
+        except ProtocolError as exc:
+            write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
+            return 1
+        if first is None:
+            return 0
     try:
         if first.get("op") != "configure":
             raise ProtocolError("the first frame must be a configure frame")
         config = parse_config(first.get("config"))
-        harden_self()
-        # The supervisor's own filter goes on before any thread exists, so every thread
-        # inherits it; it allows AF_UNIX, which the bridge needs to reach the host, and rlimit
-        # changes, with which the main thread hands the commands their limits. The spawner
-        # thread adds the command filter on top for itself and what it starts.
-        _install_own_filter()
-        runner = Runner(config, inherit=True, host_fd=stdin.fileno())
+        if prepared is None:
+            _harden()
+        runner = _runner_for(config, prepared, stdin.fileno())
         residents = _load_sibling("resident").Residents()
         config_processes = config.max_processes
         if config.bridge is not None:

@@ -129,7 +129,7 @@ def test_a_worker_sigkilled_mid_action_leaves_no_browser_process(
         actor="t",
     )["run_id"]
     _wait_for(lambda: upstream.seen("/slow?seconds=20") == 1, "the page request", 240)
-    sandboxed = _sandbox_processes(worker)
+    sandboxed = _sandbox_processes(worker, run_id)
     names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in sandboxed}
     assert "chromium" in names
     # when the worker process holding the run is killed

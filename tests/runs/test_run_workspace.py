@@ -113,3 +113,23 @@ def test_a_session_is_never_opened_on_a_directory_outside_the_workspaces(
         run_session_get(run_id="r-outside", workspace=str(outside), allowed_domains=())
     # then nothing was bound or chowned
     assert owners(outside) == before
+
+
+def test_a_spare_sandboxs_slot_is_never_a_runs_workspace(agent, root, settings) -> None:
+    # given a full pool of spare sandboxes, whose slots live in the workspaces dir
+    from runs.sessions import session_pool, session_pool_stop
+
+    settings.MOTOR_SANDBOX_POOL_SIZE = 1
+    pool = session_pool()
+    try:
+        assert pool is not None and pool.wait_full(60)
+        (slot,) = list((root / ".pool").iterdir())
+        # when a run is asked for with a spare's slot as its workspace, it is refused: the slot
+        # becomes another run's workspace when that run adopts the spare
+        with pytest.raises(InvalidRunParams, match="spare sandbox"):
+            run_start(agent_id=agent.pk, task="t", tools=["code"], workspace=str(slot), actor="t")
+        with pytest.raises(SandboxError, match="spare sandbox"):
+            run_session_get(run_id="r-slot", workspace=str(slot), allowed_domains=())
+        assert not MotorRun.objects.exists()
+    finally:
+        session_pool_stop()

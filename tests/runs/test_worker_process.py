@@ -247,17 +247,14 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-def _sandbox_processes(worker: subprocess.Popen) -> list[int]:
-    """bwrap and everything under it, among the worker's descendants."""
-    sandboxed: list[int] = []
-    for pid in _descendants(worker.pid):
-        try:
-            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-        except OSError:
-            continue
-        if argv0.endswith(b"bwrap"):
-            sandboxed.extend([pid, *_descendants(pid)])
-    return sandboxed
+def _sandbox_processes(worker: subprocess.Popen, run_id: str) -> list[int]:
+    """bwrap and everything under it of `run_id`'s sandbox, among the worker's descendants (the
+    worker's spare sandboxes, MOTOR_SANDBOX_POOL_SIZE, are no run's)."""
+    from sandbox.reaper import bwrap_sandboxes
+
+    below = set(_descendants(worker.pid))
+    bwraps = [pid for pid in bwrap_sandboxes().get(run_id, []) if pid in below]
+    return [found for pid in bwraps for found in (pid, *_descendants(pid))]
 
 
 def test_cancel_during_a_long_code_call_kills_it_and_frees_the_agent(
@@ -280,11 +277,11 @@ def test_cancel_during_a_long_code_call_kills_it_and_frees_the_agent(
         actor="t",
     )["run_id"]
     _wait_for(lambda: (workspace / "started").exists(), "the call to start")
-    assert _sandbox_processes(worker) != []
+    assert _sandbox_processes(worker, run_id) != []
     # when the run is cancelled while the call runs
     run_cancel(run_id=run_id, actor="t")
     # then the worker kills the call: no sandbox process is left, long before the sleep ends
-    _wait_for(lambda: _sandbox_processes(worker) == [], "the sandbox to die", timeout_s=15)
+    _wait_for(lambda: _sandbox_processes(worker, run_id) == [], "the sandbox to die", timeout_s=15)
     assert not (workspace / "finished").exists()
     # and the run is cancelled with its call never recorded, and the mutex is free
     assert _status(run_id) == RunStatus.CANCELLED
@@ -510,3 +507,47 @@ def test_a_threads_worker_keeps_many_runs_waiting_on_the_llm_with_one_database_c
         MotorRun.objects.filter(pk__in=run_ids).values_list("result__summary", flat=True)
     )
     assert summaries == ["done 0", "done 1", "done 2", "done 3"]
+
+
+def test_a_worker_sigkilled_with_a_full_pool_leaves_nothing_after_the_next_start(start_worker):
+    from sandbox.backends.bwrap_runtime import _default_runtime_root
+    from sandbox.backends.bwrap_uids import _processes_of_uid
+    from sandbox.reaper import bwrap_sandboxes
+
+    slots = Path(settings.MOTOR_WORKSPACES_DIR) / ".pool"
+    runtime_root = _default_runtime_root()
+
+    def spares(worker: subprocess.Popen) -> dict[str, list[int]]:
+        below = set(_descendants(worker.pid))
+        return {
+            name: pids
+            for name, pids in bwrap_sandboxes().items()
+            if name.startswith("pool-") and any(pid in below for pid in pids)
+        }
+
+    # given a worker whose process holds its two spare sandboxes
+    worker = start_worker(MOTOR_SANDBOX_POOL_SIZE="2")
+    _wait_for(lambda: len(spares(worker)) == 2, "the worker's spares", timeout_s=120)
+    found = spares(worker)
+    old_slots = {path.name for path in slots.iterdir()}
+    old_dirs = [d for name in found for d in runtime_root.glob(f"{name}-*")]
+    uids = {os.stat(f"/proc/{pids[0]}").st_uid for pids in found.values()}
+    assert len(old_slots) == 2 and len(old_dirs) == 2 and len(uids) == 2
+    # when the worker is SIGKILLed, every process of it at once
+    os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait()
+    # then the spares die with it (no process of their uids is left)
+    _wait_for(
+        lambda: (
+            not any(name in bwrap_sandboxes() for name in found)
+            and not any(_processes_of_uid(uid) for uid in uids)
+        ),
+        "the spares to die with their worker",
+        timeout_s=30,
+    )
+    # and the next worker's start removes their runtime dirs and slots, and starts its own
+    second = start_worker(MOTOR_SANDBOX_POOL_SIZE="2")
+    _wait_for(lambda: len(spares(second)) == 2, "the next worker's spares", timeout_s=120)
+    assert not any(d.exists() for d in old_dirs)
+    assert not old_slots & {path.name for path in slots.iterdir()}
+    assert len(list(slots.iterdir())) == 2
