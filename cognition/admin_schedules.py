@@ -12,6 +12,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -101,7 +102,7 @@ class OccurrenceInline(admin.TabularInline):
         if not obj.run_id:
             return "-"
         try:
-            url = reverse("admin:runs_motorrun_change", args=[obj.run_id])
+            url = reverse("admin:runs_motorrun_change", args=[quote(obj.run_id)])
         except Exception:  # the runs admin may not register a change page
             return str(obj.run_id)
         return format_html('<a href="{}">{}</a>', url, obj.run_id)

@@ -224,3 +224,22 @@ def test_the_list_shows_each_rows_last_outcome_without_a_query_per_row(client, a
     assert many == few
     assert listing.count("never fired") == 1
     assert listing.count("(credentials_missing)") == 4
+
+
+def test_an_occurrences_run_link_opens_that_run_whatever_its_id(client, agent, root):
+    # given an occurrence whose run's id holds "_40", which the admin's URL unquoting would read
+    # as "@" unless the link quotes the id
+    from runs.models import MotorRun
+
+    schedule = _existing(agent, root)
+    occurrence = schedule_fire(schedule_id=schedule.pk)
+    run = MotorRun.objects.create(id="run_40aa22bb26cc", agent=agent, task="Weather")
+    type(occurrence).objects.filter(pk=occurrence.pk).update(run=run)
+    # when the schedule's page is shown and its run link followed
+    html = client.get(reverse("admin:cognition_schedule_change", args=[schedule.pk])).content
+    hrefs = re.findall(r'href="([^"]*/runs/motorrun/[^"]*)"', html.decode())
+    assert len(hrefs) == 1
+    console = client.get(hrefs[0])
+    # then it is that run's console
+    assert console.status_code == 200
+    assert "Run run_40aa22bb26cc" in console.content.decode()

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.urls import reverse
 from django.utils import timezone
 
@@ -239,7 +240,7 @@ def test_the_api_and_the_admin_show_the_runs_usage(
     ]
     # and the admin's run page shows the same totals
     client.force_login(make_user("root", superuser=True))
-    page = client.get(reverse("admin:runs_motorrun_change", args=[run_id])).content.decode()
+    page = client.get(reverse("admin:runs_motorrun_change", args=[quote(run_id)])).content.decode()
     footer = page[page.index('id="run-usage"') :]
     footer = footer[: footer.index("</tfoot>")]
     assert f"{prompt} + 53 = {prompt + 53}" in footer

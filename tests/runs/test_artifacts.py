@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
@@ -154,7 +155,7 @@ def test_staff_download_artifacts_in_the_admin_others_cannot(completed_run):
     client = Client()
     client.force_login(staff)
     # the run page links it, and the download streams the bytes as an attachment
-    page = client.get(reverse("admin:runs_motorrun_change", args=[run.id]))
+    page = client.get(reverse("admin:runs_motorrun_change", args=[quote(run.id)]))
     assert url in page.content.decode()
     response = client.get(url)
     assert response.status_code == 200

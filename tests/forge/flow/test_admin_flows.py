@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.test import Client
 from django.urls import reverse
 
@@ -19,7 +20,7 @@ def test_a_flow_page_shows_its_trail_and_the_cancel_action_ends_it(agent):
     client = Client()
     client.force_login(make_user("root", superuser=True))
     # when the admin opens it
-    page = client.get(reverse("admin:forge_forgeflow_change", args=[flow.id]))
+    page = client.get(reverse("admin:forge_forgeflow_change", args=[quote(flow.id)]))
     # then it shows the flow and its events, and nothing can be edited
     assert page.status_code == 200
     body = page.content.decode()
