@@ -210,7 +210,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         # thread adds the command filter on top for itself and what it starts.
         _install_own_filter()
         runner = Runner(config, inherit=True, host_fd=stdin.fileno())
-        residents = _load_sibling("resident").Residents()
+        residents = _load_sibling("resident").Residents(host_fd=stdin.fileno())
         config_processes = config.max_processes
         if config.bridge is not None:
             _start_bridge(config.bridge)
