@@ -12,7 +12,10 @@ RLIMIT_DATA instead of RLIMIT_AS (Chromium reserves terabytes of address space i
 so an address-space cap kills it; RLIMIT_DATA counts what it can write to), more processes and
 open files, and no core files. The sweep after a command spares the helper's descendants (see
 sweep.py); a call past its deadline, a helper that died or an explicit stop kills the helper and
-every process it started.
+every process it started. While a call waits for the helper, the host's request stream is watched
+as the runner watches it during a command: its end means the owner is gone, and the helper (the
+browser with every page) is killed and the supervisor exits, instead of the call running on
+unobserved until its deadline.
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ if TYPE_CHECKING:  # annotations only
     from typing import Any
 
 if TYPE_CHECKING or __package__:
+    from .poller import _host_still_there
     from .protocol import _result
     from .siblings import _load_sibling
     from .sweep import SIGKILL, descendants, reap_orphans, spare
 else:  # inside the sandbox, where this directory is first on sys.path (see supervisor.py)
+    from poller import _host_still_there
     from protocol import _result
     from siblings import _load_sibling
     from sweep import SIGKILL, descendants, reap_orphans, spare
@@ -43,6 +48,8 @@ RESIDENTS = {"browser": {"data_bytes": 1536 * 1024 * 1024, "processes": 512, "op
 _HEADER = struct.Struct(">I")
 #: the biggest answer a resident may give (bytes)
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
+#: why a call ended when the host's stream ended during it
+OWNER_GONE = "the owner is gone"
 
 
 class Resident:
@@ -87,8 +94,12 @@ class Resident:
             except OSError:
                 pass
 
-    def call(self, payload: bytes, timeout_s: float) -> tuple[bytes | None, str]:
-        """Send one request, wait for one answer until the deadline: (answer, "") or (None, why)."""
+    def call(
+        self, payload: bytes, timeout_s: float, host_fd: int | None = None
+    ) -> tuple[bytes | None, str]:
+        """Send one request, wait for one answer until the deadline: (answer, "") or (None, why).
+        With `host_fd` (the host's request stream), its end during the wait gives
+        (None, OWNER_GONE) at once."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             self.proc.stdin.write(_HEADER.pack(len(payload)) + payload)
@@ -105,8 +116,14 @@ class Resident:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None, "timeout"
-                ready, _, _ = select.select([fd], [], [], left)
-                if not ready:
+                watched = [fd] if host_fd is None else [fd, host_fd]
+                ready, _, _ = select.select(watched, [], [], left)
+                if host_fd is not None and host_fd in ready:
+                    if not _host_still_there(host_fd):
+                        return None, OWNER_GONE
+                    # the host sent something mid-call (it never does): stop watching it
+                    host_fd = None
+                if fd not in ready:
                     continue
                 chunk = os.read(fd, max(65536, needed - len(buffer)))
                 if not chunk:
@@ -125,7 +142,9 @@ class Resident:
 class Residents:
     """The supervisor's residents by name (at most one each)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host_fd: int | None = None) -> None:
+        #: the host's request stream (serve mode), watched while a call waits for a helper
+        self._host_fd = host_fd
         self._running: dict[str, Resident] = {}
         self._filter: Any = None
 
@@ -195,11 +214,15 @@ class Residents:
             except Exception as exc:  # noqa: BLE001 - reported; the supervisor must go on
                 msg = f"the {name} could not start: {getattr(exc, 'strerror', None) or exc}"
                 return _result(exit_code=None, error=("sandbox_error", msg))
-        answer, why = current.call(spec.stdin, spec.timeout_s)
+        answer, why = current.call(spec.stdin, spec.timeout_s, self._host_fd)
         took = int((time.monotonic() - started) * 1000)
         if answer is None:
             current.stop()
             self._running.pop(name, None)
+            if why == OWNER_GONE:
+                # nobody will read the result; the supervisor's end stops the sandbox
+                self.stop_all()
+                os._exit(0)
             if why == "timeout":
                 return _result(exit_code=None, sig=SIGKILL, duration_ms=took, timed_out=True)
             return _result(exit_code=None, duration_ms=took, error=("sandbox_error", why))

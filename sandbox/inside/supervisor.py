@@ -288,7 +288,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
         if prepared is None:
             _harden()
         runner = _runner_for(config, prepared, stdin.fileno())
-        residents = _load_sibling("resident").Residents()
+        residents = _load_sibling("resident").Residents(host_fd=stdin.fileno())
         config_processes = config.max_processes
         if config.bridge is not None:
             _start_bridge(config.bridge)

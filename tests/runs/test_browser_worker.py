@@ -1,14 +1,17 @@
-"""The browser under real Celery worker processes: a worker SIGKILLed right after an approved
-submitting click leaves its outcome unknown (reported, never clicked again; a second click waits
-for the owner); a worker SIGKILLed in the middle of an action leaves no browser process behind
-(the sandbox, and the browser in it, die with their owner); a run's browser time is counted in
-the database, so the pool process that takes the run over after a crash keeps counting."""
+"""The browser under real Celery worker processes, on both isolating backends: a worker SIGKILLed
+right after an approved submitting click leaves its outcome unknown (reported, never clicked
+again; a second click waits for the owner); a worker SIGKILLed in the middle of an action leaves
+no browser process behind (the sandbox, and the browser in it, die with their owner: bwrap by
+--die-with-parent, docker by the supervisor's stdin closing with the owner's attach socket); a
+run's browser time is counted in the database, so the pool process that takes the run over after
+a crash keeps counting."""
 
 from __future__ import annotations
 
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from runs.browser_models import BrowserTime
 from runs.models import ApprovalRequest, MotorRun, RunStatus, Step
 from runs.pipeline.decide import APPROVAL_SUMMARY
 from runs.services import run_approve, run_start
+from sandbox.reaper import descendants, docker_sandboxes, kill_containers
 from tests.fixtures.llm import reply_text, reply_tools, tool_call
 from tests.fixtures.portal import HOST, serve_portal
 from tests.fixtures.upstream import upstream  # noqa: F401 (fixture)
@@ -35,6 +39,32 @@ PORTAL = f"http://{HOST}"
 SUBMIT = {"action": "click", "ref": "e7", "submit": True}
 
 
+@pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
+def backend(request) -> Iterator[str]:
+    """The isolating backend the test's workers run on (their SANDBOX_BACKEND)."""
+    before = set(docker_sandboxes()) if request.param == "docker" else set()
+    yield str(request.param)
+    if request.param == "docker":
+        # a killed owner's container stops but stays until a sweep; remove this test's
+        for session_id, ids in docker_sandboxes().items():
+            if session_id not in before:
+                kill_containers(ids)
+
+
+def _sandboxed(backend: str, worker, run_id: str) -> list[int]:
+    """The processes of the run's sandbox: under the worker's bwrap, or in its container."""
+    if backend == "bwrap":
+        return _sandbox_processes(worker, run_id)
+    import docker
+
+    engine = docker.from_env()
+    pids = [
+        int(engine.containers.get(cid).attrs["State"]["Pid"])
+        for cid in docker_sandboxes().get(run_id, [])
+    ]
+    return [pid for top in pids if top > 0 for pid in (top, *descendants(top))]
+
+
 def _hosts(upstream) -> str:  # noqa: F811
     return f"{HOST}={upstream.ip},evil.test={upstream.ip}"
 
@@ -44,6 +74,7 @@ def _browse(call_id: str, **arguments: object) -> dict:
 
 
 def test_sigkill_between_the_approved_click_and_its_record_is_outcome_unknown_never_a_resubmit(
+    backend,
     agent,
     llm_stub_server,
     start_worker,  # noqa: F811
@@ -55,6 +86,7 @@ def test_sigkill_between_the_approved_click_and_its_record_is_outcome_unknown_ne
     serve_portal(upstream)
     marker = tmp_path / "crashed"
     worker = start_worker(
+        SANDBOX_BACKEND=backend,
         MOTOR_SANDBOX_EGRESS_HOSTS=_hosts(upstream),
         MOTOR_TEST_CRASH_AT=f"after_execution:{marker}",
     )
@@ -110,16 +142,34 @@ def test_sigkill_between_the_approved_click_and_its_record_is_outcome_unknown_ne
     assert upstream.requests(HOST).count("POST /readings") == 1
 
 
+@pytest.mark.parametrize("action", ["page_load", "wait_on_the_page"])
 def test_a_worker_sigkilled_mid_action_leaves_no_browser_process(
+    backend,
+    action,
     agent,
     llm_stub_server,
     start_worker,  # noqa: F811
     upstream,  # noqa: F811
 ):
-    # given a run whose browser is waiting on a page that takes 20 s
+    # given a run whose browser is in the middle of an action that may take 60 s: waiting on a
+    # page that takes 20 s, or, on a loaded page, for a text that never appears (an action that
+    # needs nothing from the host, so its end does not come from the owner's egress proxy)
     upstream.routes_clear()
-    worker = start_worker(MOTOR_SANDBOX_EGRESS_HOSTS=_hosts(upstream))
-    llm_stub_server.add(_browse("slow", action="navigate", url=f"{PORTAL}/slow?seconds=20"))
+    serve_portal(upstream)
+    worker = start_worker(
+        SANDBOX_BACKEND=backend,
+        MOTOR_SANDBOX_EGRESS_HOSTS=_hosts(upstream),
+        MOTOR_BROWSER_ACTION_TIMEOUT_SECONDS="60",
+    )
+    # (the upstream counts requests across tests: the path names this test's backend)
+    slow = f"/slow?seconds=20&backend={backend}"
+    if action == "page_load":
+        llm_stub_server.add(_browse("slow", action="navigate", url=f"{PORTAL}{slow}"))
+    else:
+        llm_stub_server.add(
+            _browse("nav", action="navigate", url=f"{PORTAL}/meters"),
+            _browse("slow", action="wait", text="A text no page of the portal has"),
+        )
     run_id = run_start(
         agent_id=agent.pk,
         task="Open the slow page",
@@ -128,15 +178,27 @@ def test_a_worker_sigkilled_mid_action_leaves_no_browser_process(
         workspace=new_workspace(),
         actor="t",
     )["run_id"]
-    _wait_for(lambda: upstream.seen("/slow?seconds=20") == 1, "the page request", 240)
-    sandboxed = _sandbox_processes(worker, run_id)
+    if action == "page_load":
+        _wait_for(lambda: upstream.seen(slow) == 1, "the page request", 240)
+    else:
+        _wait_for(
+            lambda: Step.objects.filter(attempt__run_id=run_id, tool_call_id="slow").exists(),
+            "the wait's intent",
+            240,
+        )
+        time.sleep(1.0)  # the call reaches the browser
+    sandboxed = _sandboxed(backend, worker, run_id)
     names = {Path(f"/proc/{pid}/comm").read_text().strip() for pid in sandboxed}
     assert "chromium" in names
-    # when the worker process holding the run is killed
+    # when the worker process holding the run is killed (its parent first, so that no next
+    # pool process takes the run over and sweeps the dead owner's sandbox: the sandbox must
+    # die with its owner alone)
     owner = MotorRun.objects.filter(pk=run_id).values_list("lease_owner", flat=True).get()
+    os.kill(worker.pid, signal.SIGKILL)
     os.kill(int(owner.split(":")[1]), signal.SIGKILL)
 
-    # then the sandbox and every browser process in it are gone
+    # then the sandbox and every browser process in it are gone at once, not when the page
+    # or the action's timeout ends
     def alive(pid: int) -> bool:
         try:
             state = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
@@ -147,11 +209,11 @@ def test_a_worker_sigkilled_mid_action_leaves_no_browser_process(
     def all_gone() -> bool:
         return not any(alive(pid) for pid in sandboxed)
 
-    _wait_for(all_gone, "the browser's processes to die with the worker", timeout_s=30)
-    os.killpg(worker.pid, signal.SIGKILL)
+    _wait_for(all_gone, "the browser's processes to die with the worker", timeout_s=10)
 
 
 def test_a_runs_browser_time_is_counted_across_worker_processes(
+    backend,
     agent,
     llm_stub_server,
     start_worker,  # noqa: F811
@@ -164,6 +226,7 @@ def test_a_runs_browser_time_is_counted_across_worker_processes(
     serve_portal(upstream)
     marker = tmp_path / "crashed"
     worker = start_worker(
+        SANDBOX_BACKEND=backend,
         MOTOR_SANDBOX_EGRESS_HOSTS=_hosts(upstream),
         MOTOR_TEST_CRASH_AT=f"after_execution:{marker}",
         MOTOR_BROWSER_RUN_SECONDS="1",
