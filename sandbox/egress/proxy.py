@@ -222,11 +222,11 @@ class EgressProxy:
             overloaded = len(self._threads) >= self._max_handlers
         if overloaded or not self._track(client):
             # too many connections still sending their request: refuse without a thread
+            self._report("", 0, None, "denied", "tunnel_limit", _Tally(), time.monotonic())
             with contextlib.suppress(OSError):
                 client.setblocking(False)
                 client.send(_response(503, "denied", "tunnel_limit", "too many open connections\n"))
             client.close()
-            self._report("", 0, None, "denied", "tunnel_limit", _Tally(), time.monotonic())
             return
         thread = threading.Thread(
             target=self._handle, args=(client,), name=f"egress-{self.session_id}-conn", daemon=True
@@ -251,27 +251,29 @@ class EgressProxy:
                 else:
                     decision = self._decide_forward(request)
             except _BadRequest as exc:
-                self._refuse(client, exc.reason, exc.message)
                 self._report("", 0, None, "denied", exc.reason, tally, started)
+                self._refuse(client, exc.reason, exc.message)
                 return
             host, port = decision.host, decision.port
             if not decision.allowed:
-                self._refuse(client, decision.reason, decision.message)
                 self._report(host, port, None, "denied", decision.reason, tally, started)
+                self._refuse(client, decision.reason, decision.message)
                 return
             if not self._acquire_tunnel():
                 message = (
                     f"this run already has {self.policy.max_tunnels} open connections; "
                     "close some before opening more"
                 )
-                self._refuse(client, "tunnel_limit", message)
                 self._report(host, port, None, "denied", "tunnel_limit", tally, started)
+                self._refuse(client, "tunnel_limit", message)
                 return
             try:
-                verdict, reason, resolved = self._serve(client, request, decision, tally)
+                served = self._serve(client, request, decision, tally, started)
             finally:
                 self._release_tunnel()
-            self._report(host, port, resolved, verdict, reason, tally, started)
+            if served is not None:
+                verdict, reason, resolved = served
+                self._report(host, port, resolved, verdict, reason, tally, started)
         except OSError:
             # the client or upstream went away mid-exchange: an ordinary end, not a proxy fault
             verdict = "allowed" if tally.dialled else "denied"
@@ -283,18 +285,30 @@ class EgressProxy:
             self._untrack(client)
 
     def _serve(
-        self, client: socket.socket, request: _Request, decision: Decision, tally: _Tally
-    ) -> tuple[Literal["allowed", "denied"], str, str | None]:
+        self,
+        client: socket.socket,
+        request: _Request,
+        decision: Decision,
+        tally: _Tally,
+        started: float,
+    ) -> tuple[Literal["allowed", "denied"], str, str | None] | None:
+        """Serve an allowed request; return how it ended for the report, or None when a refusal
+        was already reported (before the client was answered)."""
+        host, port = decision.host, decision.port
         checked = resolve_checked(decision, self._resolver)
         if not checked.allowed:
+            self._report(host, port, checked.resolved_ip, "denied", checked.reason, tally, started)
             self._refuse(client, checked.reason, checked.message)
-            return "denied", checked.reason, checked.resolved_ip
+            return None
         try:
             upstream, address = dial(checked, self.policy.connect_timeout_s)
         except OSError as exc:
             message = f"could not connect to {checked.host}:{checked.port} ({type(exc).__name__})"
+            self._report(
+                host, port, checked.addresses[0], "denied", "connect_failed", tally, started
+            )
             self._refuse(client, "connect_failed", message)
-            return "denied", "connect_failed", checked.addresses[0]
+            return None
         checked = replace(checked, resolved_ip=address)
         tally.dialled = address
         if not self._track(upstream):
@@ -511,6 +525,8 @@ class EgressProxy:
     # --------------------------------------------------------------------------- HTTP pieces
 
     def _refuse(self, client: socket.socket, reason: str, message: str) -> None:
+        # Callers report a refusal before they answer the client: whoever reads the answer (a
+        # tool call's result, a test) may then rely on the report being there already.
         status, kind = _REFUSAL_STATUS.get(reason, (403, "denied"))
         with contextlib.suppress(OSError):
             client.settimeout(self._header_timeout_s)
