@@ -87,3 +87,56 @@ if _target := os.environ.get("BENCH_MOTOR_COUNT"):
     _count_psycopg()
     _count_redis()
     threading.Thread(target=_dump_forever, args=(f"{_target}.{os.getpid()}",), daemon=True).start()
+
+
+_merged: dict[str, Any] = {}
+_merge_lock = threading.Lock()
+
+
+def _profile_tasks(prefix: str) -> None:
+    """Profile every task's thread CPU time (cProfile with time.thread_time, so waits count for
+    nothing) and dump the merged statistics to <prefix>.<pid> every 2 s."""
+    import cProfile
+    import marshal
+    import pstats
+    import time
+
+    from celery.signals import task_postrun, task_prerun
+
+    local = threading.local()
+
+    @task_prerun.connect(weak=False)
+    def _on(**_: Any) -> None:
+        local.profile = cProfile.Profile(time.thread_time)
+        local.profile.enable()
+
+    @task_postrun.connect(weak=False)
+    def _off(**_: Any) -> None:
+        profile = getattr(local, "profile", None)
+        if profile is None:
+            return
+        profile.disable()
+        local.profile = None
+        with _merge_lock:
+            if "stats" in _merged:
+                _merged["stats"].add(profile)
+            else:
+                _merged["stats"] = pstats.Stats(profile)
+
+    def dump() -> None:
+        event = threading.Event()
+        while not event.wait(2.0):
+            with _merge_lock:
+                stats = _merged.get("stats")
+                data = marshal.dumps(stats.stats) if stats is not None else None
+            if data is not None:
+                path = f"{prefix}.{os.getpid()}"
+                with open(path + ".tmp", "wb") as handle:
+                    handle.write(data)
+                os.replace(path + ".tmp", path)
+
+    threading.Thread(target=dump, daemon=True).start()
+
+
+if _prefix := os.environ.get("BENCH_MOTOR_PROFILE"):
+    _profile_tasks(_prefix)

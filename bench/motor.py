@@ -604,6 +604,9 @@ def main() -> int:
         help="part 5 worker shapes (default threads:2x100: two default worker processes)",
     )
     parser.add_argument("--agents5", type=int, default=200, help="agents of part 5 (default 200)")
+    parser.add_argument(
+        "--run-iterations", type=int, default=10, help="iterations per run in parts 4 and 5"
+    )
     parser.add_argument("--delay", type=float, default=1.0, help="parts 4 and 5 LLM delay (s)")
     parser.add_argument(
         "--scale",
@@ -646,11 +649,11 @@ def main() -> int:
                 show(part3(env, 8, 20, args.worker3))
             if "4" in parts:
                 configs = [c.strip() for c in args.pools.split(",") if c.strip()]
-                show(part4(env, configs, agents, 10, args.delay))
+                show(part4(env, configs, agents, args.run_iterations, args.delay))
             if "5" in parts:
                 configs = [c.strip() for c in args.pools5.split(",") if c.strip()]
                 agents5 = 60 if args.quick else args.agents5
-                show(part4(env, configs, agents5, 10, args.delay, part=5))
+                show(part4(env, configs, agents5, args.run_iterations, args.delay, part=5))
     except KeyboardInterrupt:
         print("interrupted; cleaned up", file=sys.stderr)
         return 130
