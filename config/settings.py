@@ -642,5 +642,11 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # the HTTP client logs every request at INFO: a line per LLM call, and its formatting
+        # was measurable CPU per iteration; failures still reach the log as the runtime's own
+        "httpx2": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+    },
 }

@@ -134,3 +134,19 @@ def test_a_real_worker_logs_json_lines_bound_to_the_run(
     assert len(requests) == 2
     assert [("step" in r, "tool" in r) for r in requests] == [(False, False), (False, False)]
     assert SECRET not in worker_logs(tmp_path)
+
+
+def test_an_llm_request_logs_no_line_of_the_http_client(captured) -> None:
+    """The HTTP client's per-request INFO line ("HTTP Request: POST ...") is off by the
+    settings: a line per LLM call would cost CPU on every iteration and say nothing new."""
+    import httpx2
+
+    from runs.llm import llm_client
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, json={"ok": True})
+
+    client = llm_client(http_client=httpx2.Client(transport=httpx2.MockTransport(answer)))
+    assert client.post("/chat/completions", body={}, cast_to=bytes) == b'{"ok":true}'
+    logging.getLogger("runs.example").info("the runtime's own line")
+    assert [line["logger"] for line in captured()] == ["runs.example"]
