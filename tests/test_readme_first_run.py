@@ -1,4 +1,5 @@
-"""The README's first run works as written: the curl body it shows starts a run with its tools."""
+"""The README's first run and the REST walk-through (docs/walkthrough-api.md) work as written:
+the curl body each shows starts a run with its tools."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("workspaces")]
 
 
-def _readme_run_posts() -> list[dict]:
-    """The JSON bodies of the README's curl calls that POST to /api/v1/runs/."""
-    readme = (ROOT / "README.md").read_text()
+def _run_posts(document: str) -> list[dict]:
+    """The JSON bodies of `document`'s curl calls that POST to /api/v1/runs/."""
+    text = (ROOT / document).read_text()
     bodies = []
-    for block in re.findall(r"```sh\n(.*?)```", readme, flags=re.S):
+    for block in re.findall(r"```sh\n(.*?)```", text, flags=re.S):
         for command in block.replace("\\\n", " ").splitlines():
             starts_run = "curl" in command and '/api/v1/runs/"' in command
             words = shlex.split(command) if starts_run else []
@@ -34,10 +35,11 @@ def _readme_run_posts() -> list[dict]:
     return bodies
 
 
-def test_the_readme_shows_how_to_start_a_run_and_its_body_starts_one() -> None:
-    # given the README's example of starting a run
-    bodies = _readme_run_posts()
-    assert len(bodies) == 1, "the README shows one curl call that starts a run"
+@pytest.mark.parametrize("document", ["README.md", "docs/walkthrough-api.md"])
+def test_the_document_shows_how_to_start_a_run_and_its_body_starts_one(document: str) -> None:
+    # given the document's example of starting a run
+    bodies = _run_posts(document)
+    assert len(bodies) == 1, f"{document} shows one curl call that starts a run"
     body = bodies[0]
     # and an agent with a token, as the admin issues it
     agent = make_agent("assistant", owner=make_user("admin"))

@@ -13,17 +13,13 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import OuterRef, QuerySet, Subquery, Sum
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import serializers, status
+from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -31,225 +27,39 @@ from rest_framework.response import Response
 from cognition.consent import TRIGGER_HEADER
 from cognition.core_act import core_act
 from cognition.core_task import core_task, own_run, run_detail
-from cognition.errors import CognitionError
 from cognition.models import IdempotencyRecord
 from cognition.services import idempotency_ttl
 from cognition.tools import core_tool_schemas
 from runs.errors import RunError
-from runs.models import (
-    DEFAULT_MAX_ITERATIONS,
-    MAX_ITERATIONS_CEILING,
-    RETRY_MAX_ITERATIONS,
-    Attempt,
-    MotorRun,
-    RunStatus,
-    Trigger,
-)
+from runs.models import Attempt, MotorRun, RunStatus, Trigger
 from skills.errors import DomainError
-from skills.toolpolicy import manifests
 
-from . import fields
+from .idempotency import (
+    IDEMPOTENCY_HEADER,
+    IdempotencyConflict,
+    KeyTaken,
+    idempotency_key_check,
+    remembered_response,
+    request_fingerprint,
+)
 from .pagination import CursorPage, page_params
+from .run_serializers import (
+    DecisionSerializer,
+    OneshotResultSerializer,
+    OneshotSerializer,
+    RespondSerializer,
+    RetrySerializer,
+    RunCreatedSerializer,
+    RunCreateSerializer,
+    RunDetailSerializer,
+    RunListItemSerializer,
+    RunLogSerializer,
+    RunPageSerializer,
+    RunRetriedSerializer,
+    RunTransitionSerializer,
+    ToolSchemaSerializer,
+)
 from .views import AGENT_PARAM, TRIGGER_PARAM, PrincipalAPIView, _errors
-
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-MAX_IDEMPOTENCY_KEY_CHARS = 255
-
-
-class IdempotencyConflict(CognitionError):
-    code = "idempotency_conflict"
-    http_status = 409
-
-
-# --- serializers ---------------------------------------------------------------------------------
-
-
-class RunCreateSerializer(serializers.Serializer):
-    task = fields.Text(help_text="What to accomplish, in natural language.")
-    skill = fields.Text(required=False, allow_null=True, default=None)
-    tools = serializers.ListField(
-        child=fields.ToolName(),
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text=(
-            f"Tools to grant ({', '.join(manifests.TOOL_IDS)}; aliases "
-            f"{', '.join(manifests.ALIASES)}), as GET /api/v1/tools/manifests/ describes them. "
-            "For an approved skill: may only narrow the policy's tools."
-        ),
-    )
-    domains = serializers.ListField(
-        child=fields.Text(),
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="Domains the sandbox may reach; [] means no network.",
-    )
-    inputs = serializers.DictField(required=False, allow_null=True, default=None)
-    approval_required = fields.Boolean(required=False, default=False)
-    max_iterations = fields.Integer(
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text=(
-            f"Iteration cap of the first attempt: 1..{MAX_ITERATIONS_CEILING} "
-            f"(default {DEFAULT_MAX_ITERATIONS}; retries get at most {RETRY_MAX_ITERATIONS})."
-        ),
-    )
-    timeout_s = fields.Integer(required=False, allow_null=True, default=None)
-    skill_review = fields.Boolean(
-        required=False, default=False, help_text="Only on an X-Motor-Trigger: motor_result call."
-    )
-
-
-class RunCreatedSerializer(serializers.Serializer):
-    run_id = serializers.CharField()
-    status = serializers.CharField()
-
-
-class RunListItemSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    status = serializers.CharField(help_text="Run status: " + " | ".join(RunStatus.values))
-    task = serializers.CharField()
-    skill = serializers.CharField(allow_null=True)
-    trigger = serializers.CharField()
-    tools = serializers.ListField(child=serializers.CharField())
-    iterations = serializers.IntegerField()
-    created_at = serializers.DateTimeField()
-    started_at = serializers.DateTimeField(allow_null=True)
-    completed_at = serializers.DateTimeField(allow_null=True)
-
-
-class RunPageSerializer(serializers.Serializer):
-    next = serializers.URLField(allow_null=True)
-    previous = serializers.URLField(allow_null=True)
-    results = RunListItemSerializer(many=True)
-
-
-class _Usage(serializers.Serializer):
-    iterations = serializers.IntegerField(help_text="Model replies recorded.")
-    llm_calls = serializers.IntegerField(help_text="LLM answers received (replies and hints).")
-    tool_calls = serializers.IntegerField(help_text="Tool calls requested (steps).")
-    tool_errors = serializers.IntegerField(help_text="Tool calls whose result was not ok.")
-    prompt_tokens = serializers.IntegerField(help_text="As the model's answers reported them.")
-    completion_tokens = serializers.IntegerField()
-    total_tokens = serializers.IntegerField()
-    energy_cost = serializers.FloatField(
-        help_text="Energy taken (0.0-1.0 scale); a run's includes its start's base, an "
-        "attempt's only its paid iterations."
-    )
-
-
-class AttemptUsageSerializer(_Usage):
-    index = serializers.IntegerField(help_text="The attempt, counted from 0.")
-
-
-class RunUsageSerializer(_Usage):
-    attempts = AttemptUsageSerializer(many=True, help_text="Each attempt's own numbers.")
-
-
-class RunDetailSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    status = serializers.CharField(help_text="Run status: " + " | ".join(RunStatus.values))
-    task = serializers.CharField()
-    skill = serializers.CharField(allow_null=True)
-    review = serializers.BooleanField()
-    trigger = serializers.CharField()
-    tools = serializers.ListField(child=serializers.CharField())
-    allowed_domains = serializers.ListField(child=serializers.CharField())
-    result = serializers.DictField(allow_null=True)
-    attempt = serializers.DictField(
-        help_text="The current attempt: index (counts from 0), number (the same, counted from 1 "
-        "as the admin and the chat show it), status, iteration (LLM calls made so far), "
-        "max_iterations, failure."
-    )
-    attempts = serializers.IntegerField(help_text="Attempts started so far (1 for a new run).")
-    max_attempts = serializers.IntegerField()
-    usage = RunUsageSerializer(
-        help_text="What the run used so far, over all its attempts (runs.accounting)."
-    )
-    pending_question = serializers.CharField(allow_null=True)
-    missing_credentials = serializers.ListField(
-        child=serializers.CharField(),
-        help_text="Credential names the run waits for (set them through /api/v1/credentials/).",
-    )
-    pending_approval = serializers.DictField(allow_null=True)
-    paused = serializers.DictField(
-        child=serializers.CharField(),
-        allow_null=True,
-        help_text="While a running run waits for its infrastructure: {reason, since} (e.g. "
-        "'snapshot storage unreachable: ...' with several worker hosts); it resumes by itself "
-        "once that is back. Null otherwise.",
-    )
-    steps = serializers.ListField(
-        child=serializers.DictField(),
-        help_text="Tool calls in order: attempt and call_index count from 0; attempt_number and "
-        "call_number are the same counted from 1; iteration is the LLM call that asked for it "
-        "(from 1). Each has tool, arguments, state (intent, done), ok, error_code, duration_ms "
-        "and output_excerpt: the first 200 characters of the call's output (whitespace folded, "
-        "'…' when cut; empty while the call is in flight); GET runs/{id}/log/ has more.",
-    )
-    created_at = serializers.CharField()
-    started_at = serializers.CharField(allow_null=True)
-    completed_at = serializers.CharField(allow_null=True)
-
-
-class RunTransitionSerializer(serializers.Serializer):
-    run_id = serializers.CharField()
-    previous_status = serializers.CharField()
-    new_status = serializers.CharField()
-
-
-class RunRetriedSerializer(RunTransitionSerializer):
-    attempt_index = serializers.IntegerField(
-        help_text="The new attempt's index, counted from 0 (the second attempt is 1)."
-    )
-
-
-class RespondSerializer(serializers.Serializer):
-    answer = fields.Text(trim_whitespace=False, max_length=20000)
-
-
-class DecisionSerializer(serializers.Serializer):
-    approval_id = fields.Integer(
-        required=False,
-        allow_null=True,
-        default=None,
-        min_value=1,
-        help_text="The pending approval's id; defaults to the run's pending approval.",
-    )
-    note = fields.Text(required=False, allow_blank=True, default="", max_length=2000)
-
-
-class RetrySerializer(serializers.Serializer):
-    guidance = fields.Text(
-        required=False, allow_blank=True, default="", max_length=10000, trim_whitespace=False
-    )
-
-
-class RunLogSerializer(serializers.Serializer):
-    run_id = serializers.CharField()
-    log = serializers.CharField(help_text="The last 16 KB of the execution log.")
-
-
-class OneshotSerializer(serializers.Serializer):
-    code = fields.Text(trim_whitespace=False, help_text="A Python program.")
-    timeout_s = fields.Number(
-        required=False, default=5.0, min_value=0.001, max_value=5.0, help_text="0.001-5 seconds."
-    )
-
-
-class OneshotResultSerializer(serializers.Serializer):
-    ok = serializers.BooleanField()
-    result = serializers.CharField()
-    duration_ms = serializers.IntegerField()
-    error = serializers.CharField(allow_null=True)
-
-
-class ToolSchemaSerializer(serializers.Serializer):
-    type = serializers.CharField()
-    function = serializers.DictField()
-
 
 # --- helpers -------------------------------------------------------------------------------------
 
@@ -299,32 +109,6 @@ def _list_item(run: Any) -> dict[str, Any]:
         "started_at": run.started_at,
         "completed_at": run.completed_at,
     }
-
-
-class _KeyTaken(Exception):
-    """A concurrent request with the same Idempotency-Key committed its run first."""
-
-
-def _remembered(*, scope: str, key: str, fingerprint: str, ttl: timedelta) -> Response | None:
-    """The first response to `key` when it is still remembered; a conflict when it belongs to
-    another request; None when the key is free (an expired record is removed)."""
-    record = IdempotencyRecord.objects.filter(scope=scope, key=key).first()
-    if record is None:
-        return None
-    if record.created_at < timezone.now() - ttl:
-        IdempotencyRecord.objects.filter(pk=record.pk).delete()  # expired: the key is free again
-        return None
-    if record.fingerprint != fingerprint:
-        raise IdempotencyConflict(
-            f"Idempotency-Key {key!r} was used within the last 24 h for a different "
-            "request; use a new key for a new request.",
-            details={"rule": "idempotency_key_reuse", "key": key},
-        )
-    return Response(
-        record.response_body,
-        status=record.response_status,
-        headers={"Idempotent-Replayed": "true"},
-    )
 
 
 # --- views ---------------------------------------------------------------------------------------
@@ -406,25 +190,16 @@ class RunListView(PrincipalAPIView):
 
         if key is None:
             return Response(act(), status=status.HTTP_201_CREATED)
-        if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY_CHARS or not all(" " < c < "\x7f" for c in key):
-            raise ValidationError(
-                {IDEMPOTENCY_HEADER: ["1-255 printable ASCII characters without spaces."]}
-            )
+        idempotency_key_check(key)
         scope = f"agent:{agent.pk}" if principal.is_agent else f"user:{principal.user.pk}"
-        fingerprint = hashlib.sha256(
-            json.dumps(
-                {"path": request.path, "agent": agent.pk, "trigger": trigger, "body": request.data},
-                sort_keys=True,
-                default=str,
-            ).encode()
-        ).hexdigest()
+        fingerprint = request_fingerprint(request, agent_id=agent.pk, trigger=trigger)
         # No lock: the record is written in the transaction that creates the run, and its unique
         # (scope, key) lets one request win on either database. A concurrent request with the
         # same key then either fails that insert (PostgreSQL waits for the winner's commit) or is
         # refused on the way (the agent is busy, SQLite serialized it after the winner); both
         # find the winner's record and answer its response.
         ttl = idempotency_ttl()
-        replay = _remembered(scope=scope, key=key, fingerprint=fingerprint, ttl=ttl)
+        replay = remembered_response(scope=scope, key=key, fingerprint=fingerprint, ttl=ttl)
         if replay is not None:
             return replay
 
@@ -439,15 +214,15 @@ class RunListView(PrincipalAPIView):
                         response_body=result,
                     )
             except IntegrityError:
-                raise _KeyTaken() from None  # rolls back this request's run and charge
+                raise KeyTaken() from None  # rolls back this request's run and charge
 
         try:
             return Response(act(remember), status=status.HTTP_201_CREATED)
-        except (_KeyTaken, DomainError, RunError) as exc:
-            replay = _remembered(scope=scope, key=key, fingerprint=fingerprint, ttl=ttl)
+        except (KeyTaken, DomainError, RunError) as exc:
+            replay = remembered_response(scope=scope, key=key, fingerprint=fingerprint, ttl=ttl)
             if replay is not None:
                 return replay
-            if isinstance(exc, _KeyTaken):  # the winner's record expired in between
+            if isinstance(exc, KeyTaken):  # the winner's record expired in between
                 raise IdempotencyConflict(
                     f"Idempotency-Key {key!r} was taken by a concurrent request; retry it.",
                     details={"rule": "idempotency_key_race", "key": key},

@@ -312,10 +312,7 @@ class DockerBackend:
                 )
             )
             container.start()
-            if pooled:
-                self._prepare(stream, _supervisor_config(spec, environment))
-            else:
-                self._handshake(stream, _supervisor_config(spec, environment))
+            self._start_supervisor(stream, _supervisor_config(spec, environment), pooled=pooled)
             return DockerSession(
                 client=self._client,
                 container=container,
@@ -424,33 +421,21 @@ class DockerBackend:
             raise SandboxError(f"docker backend: the egress proxy could not start: {exc}") from exc
 
     @staticmethod
-    def _prepare(stream: _AttachedStream, config: dict[str, Any]) -> None:
-        """Have the supervisor of a pooled container harden itself (with `config`: the limits
-        its run will have, nothing of the run) and wait for `prepared`."""
-        try:
-            stream.send(encode_frame({"op": "prepare", "config": config}))
-        except (OSError, ProtocolError) as exc:
-            raise SandboxError(f"docker backend: cannot prepare the supervisor: {exc}") from exc
-        reply = stream.read_message(time.monotonic() + _START_TIMEOUT_S)
-        if reply is None or reply.get("op") != "prepared":
-            said = bytes(stream.stderr_tail).decode(errors="replace").strip()
-            detail = reply.get("message") if reply else f"no answer in {_START_TIMEOUT_S:.0f} s"
-            raise SandboxError(
-                f"docker backend: the sandbox supervisor did not start: {detail}"
-                + (f" ({said[-500:]})" if said else "")
-            )
-        if reply.get("uid") != SANDBOX_UID:
-            raise SandboxError(f"docker backend: supervisor runs as uid {reply.get('uid')}")
+    def _start_supervisor(stream: _AttachedStream, config: dict[str, Any], *, pooled: bool) -> None:
+        """Send the supervisor its first message and wait for the answer that says it started.
 
-    @staticmethod
-    def _handshake(stream: _AttachedStream, config: dict[str, Any]) -> None:
-        """Configure the supervisor and wait for its `ready` (bridge listening, when asked)."""
+        A pooled container's supervisor is sent `prepare` (it hardens itself with `config`: the
+        limits its run will have, nothing of the run) and answers `prepared`; a cold one is sent
+        `configure` and answers `ready` (bridge listening, when asked). Either way it must run
+        as the sandbox uid; anything else is a SandboxError carrying the supervisor's stderr.
+        """
+        op, expected = ("prepare", "prepared") if pooled else ("configure", "ready")
         try:
-            stream.send(encode_frame({"op": "configure", "config": config}))
+            stream.send(encode_frame({"op": op, "config": config}))
         except (OSError, ProtocolError) as exc:
-            raise SandboxError(f"docker backend: cannot configure the supervisor: {exc}") from exc
+            raise SandboxError(f"docker backend: cannot {op} the supervisor: {exc}") from exc
         reply = stream.read_message(time.monotonic() + _START_TIMEOUT_S)
-        if reply is None or reply.get("op") != "ready":
+        if reply is None or reply.get("op") != expected:
             said = bytes(stream.stderr_tail).decode(errors="replace").strip()
             detail = reply.get("message") if reply else f"no answer in {_START_TIMEOUT_S:.0f} s"
             raise SandboxError(
