@@ -38,6 +38,7 @@ from typing import Any
 import openai
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from cognition.principals import Principal
@@ -69,12 +70,21 @@ def brain_wake(signal_id: int) -> bool:
     hear of it; once (see the module docstring)."""
     from .tasks import brain_wake_task
 
-    signal = Signal.objects.filter(pk=signal_id).only("id", "kind", "agent_id", "run_id").first()
-    if signal is None:
+    # One read: does the signal exist, and would any conversation hear of it (the one that
+    # started the run, or any of the agent's: the choices of `_conversation_for`)?
+    heard = (
+        Signal.objects.filter(pk=signal_id)
+        .annotate(
+            heard=Exists(ConversationRun.objects.filter(run_id=OuterRef("run_id")))
+            | Exists(Conversation.objects.filter(agent_id=OuterRef("agent_id")))
+        )
+        .values_list("heard", flat=True)
+        .first()
+    )
+    if heard is None:
         return False
     # Nothing to tell anyone: the wake is done here, with the outcome its task would record.
-    # (A conversation opened later starts from what the runs panel shows.)
-    silent = _conversation_for(signal) is None
+    silent = not heard
     fields = (
         {"state": WakeState.DONE, "outcome": "no_conversation", "handled_at": timezone.now()}
         if silent
