@@ -340,6 +340,17 @@ def _finish(
     return str(attempt.outcome)
 
 
+def _save_alike(model: Any, rows: list[Any], fields: list[str]) -> None:
+    """Write `fields` of `rows` with one UPDATE per set of equal values. Attempts recorded
+    together mostly end alike (claimed at the same time, delivered), so this is usually one
+    statement, and far cheaper to build than `bulk_update`'s CASE per row."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for row in rows:
+        groups.setdefault(tuple(getattr(row, name) for name in fields), []).append(row.pk)
+    for values, pks in groups.items():
+        model.objects.filter(pk__in=pks).update(**dict(zip(fields, values, strict=True)))
+
+
 def _conclude(
     results: list[tuple[SignalDelivery, DeliveryAttempt, AttemptResult]], *, priority: int
 ) -> list[str]:
@@ -375,14 +386,8 @@ def _conclude(
                 _settle(delivery, attempt, result, now=now, priority=priority)
                 settled.append((delivery, attempt))
                 outcomes.append(str(attempt.outcome))
-        if len(settled) == 1:
-            [(delivery, attempt)] = settled
-            attempt.save(update_fields=_ATTEMPT_FIELDS)
-            delivery.save(update_fields=_DELIVERY_FIELDS)
-        elif settled:
-            # one statement per table for all of them
-            DeliveryAttempt.objects.bulk_update([a for _, a in settled], _ATTEMPT_FIELDS)
-            SignalDelivery.objects.bulk_update([d for d, _ in settled], _DELIVERY_FIELDS)
+        _save_alike(DeliveryAttempt, [a for _, a in settled], _ATTEMPT_FIELDS)
+        _save_alike(SignalDelivery, [d for d, _ in settled], _DELIVERY_FIELDS)
     for delivery, attempt in settled:
         _report(delivery, attempt)
     return outcomes
