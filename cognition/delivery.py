@@ -6,11 +6,14 @@ How a signal travels:
    `on_signal_committed` (connected in CognitionConfig.ready) publishes a wake-up on Redis for
    long-polls and event streams (cognition.api.signals) and queues `signal_dispatch_task`.
 2. `signal_dispatch` plans one `SignalDelivery` per receiver — the agent's webhook, if it has a
-   URL, and every hook registered in cognition.brain_hooks — and queues one attempt for each.
-3. `signal_delivery_attempt` claims the delivery in a short transaction, calls the receiver
-   outside any transaction (a POST with an explicit timeout and no redirects, or the hook
-   function), and records the outcome as a `DeliveryAttempt` row. A failure is retried after
-   base * 2^(n-1) seconds (capped) until the last attempt, after which the delivery is failed.
+   URL, and every hook registered in cognition.brain_hooks. The hooks' first attempts are made
+   by the dispatching task itself right after the plan commits (claimed in the plan's
+   transaction, their outcomes recorded together); the webhook's is queued as its own task.
+3. `signal_delivery_attempt` (the webhook's attempts, and every retry) claims the delivery in a
+   short transaction, calls the receiver outside any transaction (a POST with an explicit
+   timeout and no redirects, or the hook function), and records the outcome as a
+   `DeliveryAttempt` row. A failure is retried after base * 2^(n-1) seconds (capped) until the
+   last attempt, after which the delivery is failed.
 4. `signal_delivery_sweep` (celery-beat) re-queues what a crash lost: signals committed but never
    dispatched, due attempts whose task vanished, and attempts whose worker died mid-call.
 
@@ -25,16 +28,11 @@ timestamps older than a few minutes (`cognition.webhooks.verify_signature` does 
 
 from __future__ import annotations
 
-import json
 import logging
-import time
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
 import redis
 from django.conf import settings
 from django.db import connection, transaction
@@ -43,54 +41,32 @@ from django.utils import timezone
 
 from runs.metrics import WEBHOOK_SECONDS
 from runs.models import Signal, SignalPriority
-from sandbox.egress.addresses import forbidden_reason, system_resolver
-from skills.errors import CredentialsUnreadable
 
 from .brain_hooks import brain_hooks
+
+# The webhook's names stay importable from here (`name as name` marks a re-export).
+from .delivery_webhook import ATTEMPT_HEADER as ATTEMPT_HEADER
+from .delivery_webhook import SIGNAL_ID_HEADER as SIGNAL_ID_HEADER
+from .delivery_webhook import SIGNATURE_HEADER as SIGNATURE_HEADER
+from .delivery_webhook import TIMESTAMP_HEADER as TIMESTAMP_HEADER
+from .delivery_webhook import USER_AGENT as USER_AGENT
+from .delivery_webhook import AttemptResult, post_webhook
+from .delivery_webhook import signal_body as signal_body
+from .delivery_webhook import signal_data as signal_data
 from .models import (
-    Agent,
     AttemptOutcome,
     DeliveryAttempt,
     DeliveryState,
     DeliveryTarget,
     SignalDelivery,
 )
-from .webhooks import sign, webhook_secret
 
 logger = logging.getLogger(__name__)
 
-SIGNATURE_HEADER = "X-Motor-Signature"
-TIMESTAMP_HEADER = "X-Motor-Timestamp"
-SIGNAL_ID_HEADER = "X-Motor-Signal-Id"
-ATTEMPT_HEADER = "X-Motor-Delivery-Attempt"
-USER_AGENT = "MotorCortex-Webhook/1"
-#: characters of a receiver's answer kept in an attempt's error
-RESPONSE_EXCERPT_CHARS = 200
 #: seconds past the HTTP timeout after which an attempt still "delivering" is taken as lost
 CLAIM_MARGIN_S = 60
 SWEEP_BATCH = 500
 ACTIVE_STATES = (DeliveryState.PENDING, DeliveryState.RETRYING)
-
-
-# --- the signal as the brain sees it -------------------------------------------------------------
-
-
-def signal_data(signal: Signal) -> dict[str, Any]:
-    """The JSON shape of a signal, the same for webhooks, long-polls and event streams."""
-    return {
-        "id": signal.id,
-        "seq": signal.seq,
-        "kind": signal.kind,
-        "run_id": signal.run_id,
-        "agent": signal.agent_id,
-        "created_at": signal.created_at.isoformat().replace("+00:00", "Z"),
-        "payload": signal.payload,
-    }
-
-
-def signal_body(signal: Signal) -> bytes:
-    """The exact bytes POSTed to a webhook (compact, sorted keys)."""
-    return json.dumps(signal_data(signal), separators=(",", ":"), sort_keys=True).encode()
 
 
 # --- wake-ups for long-polls and event streams ---------------------------------------------------
@@ -159,9 +135,21 @@ def on_signal_committed(
         logger.error("signal %s: dispatch not queued (%s)", signal_id, type(exc).__name__)
 
 
+def _claim_until(now: datetime) -> datetime:
+    """When an attempt claimed at `now` counts as lost (its worker died mid-call)."""
+    return now + timedelta(seconds=float(settings.MOTOR_WEBHOOK_TIMEOUT_SECONDS) + CLAIM_MARGIN_S)
+
+
 def signal_dispatch(*, signal_id: int) -> list[int]:
-    """Plan the signal's deliveries (once) and queue their first attempts; returns the ids of
-    the deliveries created. A signal already dispatched, or gone, is a no-op."""
+    """Plan the signal's deliveries (once), make the first attempt of each brain hook in this
+    process once the plan has committed, and queue the webhook's first attempt; returns the ids
+    of the deliveries created. A signal already dispatched, or gone, is a no-op.
+
+    The hooks' deliveries are created claimed for their first attempt, with its attempt row, in
+    the plan's transaction: the hooks run without a task message of their own, and a worker that
+    dies before it records their outcome leaves claims that expire, which the sweeper records as
+    lost and retries (as for any attempt whose worker died).
+    """
     hook_names = sorted(brain_hooks())
     now = timezone.now()
     with transaction.atomic():
@@ -184,23 +172,63 @@ def signal_dispatch(*, signal_id: int) -> list[int]:
                 finished_at=now,
             )
             return []
-        created = [
-            SignalDelivery.objects.create(
-                signal=signal,
-                agent=signal.agent,
-                target=target,
-                name=name,
-                state=DeliveryState.PENDING,
-                next_attempt_at=now,
-            )
-            for target, name in targets
-        ]
+        claimed_until = _claim_until(now)
+        created = SignalDelivery.objects.bulk_create(
+            [
+                SignalDelivery(
+                    signal=signal,
+                    agent=signal.agent,
+                    target=target,
+                    name=name,
+                    next_attempt_at=now,
+                    **(
+                        {
+                            "state": DeliveryState.DELIVERING,
+                            "attempts": 1,
+                            "claimed_until": claimed_until,
+                        }
+                        if target == DeliveryTarget.HOOK
+                        else {"state": DeliveryState.PENDING}
+                    ),
+                )
+                for target, name in targets
+            ]
+        )
+        hooks = [d for d in created if d.target == DeliveryTarget.HOOK]
+        attempts = DeliveryAttempt.objects.bulk_create(
+            [
+                DeliveryAttempt(
+                    delivery=delivery,
+                    signal=signal,
+                    number=1,
+                    target=DeliveryTarget.HOOK,
+                    started_at=now,
+                )
+                for delivery in hooks
+            ]
+        )
         priority = _task_priority(signal.priority)
         for delivery in created:
-            transaction.on_commit(
-                lambda pk=delivery.pk: _enqueue_attempt(pk, priority=priority), robust=True
-            )
+            if delivery.target == DeliveryTarget.WEBHOOK:
+                transaction.on_commit(
+                    lambda pk=delivery.pk: _enqueue_attempt(pk, priority=priority), robust=True
+                )
+        if hooks:
+            claims = list(zip(hooks, attempts, strict=True))
+            # After the commit, and so outside any transaction: a slow hook holds no lock.
+            transaction.on_commit(lambda: _hooks_first_attempts(claims, priority), robust=True)
     return [d.pk for d in created]
+
+
+def _hooks_first_attempts(
+    claims: list[tuple[SignalDelivery, DeliveryAttempt]], priority: int
+) -> list[str]:
+    """Call each claimed hook once and record the outcomes together."""
+    results = [
+        (delivery, attempt, _call_hook(name=delivery.name, signal_id=delivery.signal_id))
+        for delivery, attempt in claims
+    ]
+    return _conclude(results, priority=priority)
 
 
 # --- one attempt ---------------------------------------------------------------------------------
@@ -213,134 +241,49 @@ def backoff_delay(attempt_number: int) -> float:
     return min(cap, base * 2 ** max(0, attempt_number - 1))
 
 
-@dataclass(frozen=True, slots=True)
-class _Result:
-    delivered: bool
-    status_code: int | None = None
-    error: str = ""
-    #: no later attempt can succeed (e.g. the webhook URL was removed)
-    final: bool = False
-
-
-def _pin_addresses(url: str) -> tuple[list[str], str, str] | _Result:
-    """(the URL once per address to try, with the host replaced by that address; the Host
-    header; the TLS server name), or the failed result when the host may not be reached.
-
-    Unless MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES, every address of the host must be public (the
-    sandbox egress rules: no loopback, private, link-local, metadata or own-host address), and
-    the request goes to an address that was checked, so a second DNS answer cannot redirect it.
-    """
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        addresses = system_resolver(host, port)
-    except OSError as exc:
-        return _Result(False, error=f"cannot resolve the webhook host: {type(exc).__name__}")
-    if not addresses:
-        return _Result(False, error="the webhook host has no address")
-    if not settings.MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES:
-        for address in addresses:
-            why = forbidden_reason(address)
-            if why:
-                return _Result(
-                    False,
-                    error=(
-                        f"the webhook host resolves to a {why} address ({address}); set "
-                        "MOTOR_WEBHOOK_ALLOW_PRIVATE_ADDRESSES=true to deliver to such receivers"
-                    ),
-                    final=True,
-                )
-    targets = []
-    for address in addresses:
-        literal = f"[{address}]" if ":" in address else address
-        netloc = f"{literal}:{parts.port}" if parts.port else literal
-        targets.append(parts._replace(netloc=netloc).geturl())
-    return targets, parts.netloc.rsplit("@", 1)[-1], host
-
-
-def _post_webhook(*, agent: Agent, signal: Signal, url: str, number: int) -> _Result:
-    try:
-        secret = webhook_secret(agent)
-    except CredentialsUnreadable as exc:
-        return _Result(False, error=f"signing secret unavailable: {exc.message}")
-    pinned = _pin_addresses(url)
-    if isinstance(pinned, _Result):
-        return pinned
-    targets, host_header, server_name = pinned
-    body = signal_body(signal)
-    timestamp = int(time.time())
-    headers = {
-        "Host": host_header,
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        SIGNAL_ID_HEADER: str(signal.id),
-        ATTEMPT_HEADER: str(number),
-        TIMESTAMP_HEADER: str(timestamp),
-        SIGNATURE_HEADER: sign(secret=secret, timestamp=timestamp, body=body),
-    }
-    timeout = float(settings.MOTOR_WEBHOOK_TIMEOUT_SECONDS)
-    code, excerpt = 0, b""
-    for index, target in enumerate(targets):
-        try:
-            # Redirects are never followed: a 3xx is an answer, and not a success.
-            with (
-                httpx.Client(timeout=timeout, follow_redirects=False) as client,
-                client.stream(
-                    "POST",
-                    target,
-                    content=body,
-                    headers=headers,
-                    # Certificates are checked against the URL's host, not the pinned address.
-                    extensions={"sni_hostname": server_name},
-                ) as response,
-            ):
-                for chunk in response.iter_bytes():
-                    excerpt += chunk
-                    if len(excerpt) >= RESPONSE_EXCERPT_CHARS:
-                        break
-                code = response.status_code
-            break
-        except httpx.ConnectError as exc:
-            # Nothing was sent: the next address of the host may answer (IPv6, then IPv4).
-            if index + 1 < len(targets):
-                continue
-            return _Result(False, error=f"request failed: {type(exc).__name__}")
-        except httpx.TimeoutException:
-            return _Result(False, error=f"timed out after {timeout:g} s")
-        except httpx.HTTPError as exc:
-            # The exception's text may repeat the URL; the class name says what went wrong.
-            return _Result(False, error=f"request failed: {type(exc).__name__}")
-    if 200 <= code < 300:
-        return _Result(True, status_code=code)
-    text = excerpt[:RESPONSE_EXCERPT_CHARS].decode("utf-8", "replace")
-    return _Result(False, status_code=code, error=f"HTTP {code}: {text}".strip())
-
-
-def _call_hook(*, name: str, signal_id: int) -> _Result:
+def _call_hook(*, name: str, signal_id: int) -> AttemptResult:
     hook = brain_hooks().get(name)
     if hook is None:
-        return _Result(False, error=f"brain hook {name!r} is not registered in this worker")
+        return AttemptResult(False, error=f"brain hook {name!r} is not registered in this worker")
     try:
         hook(signal_id)
     except Exception as exc:
         logger.warning(
             "signal %s: brain hook %r failed: %s", signal_id, name, type(exc).__name__, exc_info=exc
         )
-        return _Result(False, error=f"{type(exc).__name__}: {exc}"[:500])
-    return _Result(True)
+        return AttemptResult(False, error=f"{type(exc).__name__}: {exc}"[:500])
+    return AttemptResult(True)
 
 
-def _finish(
-    delivery: SignalDelivery, attempt: DeliveryAttempt, result: _Result, *, now: datetime
-) -> str:
-    """Record `result` on the attempt and move the (locked) delivery on; in a transaction."""
+#: what settling an attempt changes, on the attempt and on its delivery
+_ATTEMPT_FIELDS = ["finished_at", "duration_ms", "status_code", "error", "outcome", "next_retry_at"]
+_DELIVERY_FIELDS = [
+    "claimed_until",
+    "state",
+    "last_error",
+    "finished_at",
+    "next_attempt_at",
+    "updated_at",
+]
+
+
+def _settle(
+    delivery: SignalDelivery,
+    attempt: DeliveryAttempt,
+    result: AttemptResult,
+    *,
+    now: datetime,
+    priority: int,
+) -> None:
+    """Set `result` on the attempt and move the (locked) delivery on, in memory; a retry is
+    queued when the caller's transaction commits. The caller saves both rows."""
     started = attempt.started_at
     attempt.finished_at = now
     attempt.duration_ms = max(0, int((now - started).total_seconds() * 1000))
     attempt.status_code = result.status_code
     attempt.error = result.error[:500]
     delivery.claimed_until = None
+    delivery.updated_at = now
     if result.delivered:
         attempt.outcome = AttemptOutcome.DELIVERED
         delivery.state = DeliveryState.DELIVERED
@@ -360,12 +303,14 @@ def _finish(
         delivery.state = DeliveryState.RETRYING
         delivery.last_error = result.error[:500]
         delivery.next_attempt_at = attempt.next_retry_at
-        priority = _task_priority(delivery.signal.priority)
+        pk = delivery.pk
         transaction.on_commit(
-            lambda: _enqueue_attempt(delivery.pk, countdown=delay, priority=priority), robust=True
+            lambda: _enqueue_attempt(pk, countdown=delay, priority=priority), robust=True
         )
-    attempt.save()
-    delivery.save()
+
+
+def _report(delivery: SignalDelivery, attempt: DeliveryAttempt) -> None:
+    """The metrics and the log line of a settled attempt."""
     if delivery.target == DeliveryTarget.WEBHOOK:
         WEBHOOK_SECONDS.labels(outcome=attempt.outcome).observe(attempt.duration_ms / 1000)
     if attempt.outcome != AttemptOutcome.DELIVERED:
@@ -377,7 +322,75 @@ def _finish(
             attempt.outcome,
             attempt.error,
         )
+
+
+def _finish(
+    delivery: SignalDelivery,
+    attempt: DeliveryAttempt,
+    result: AttemptResult,
+    *,
+    now: datetime,
+    priority: int,
+) -> str:
+    """Record `result` on the attempt and move the (locked) delivery on; in a transaction."""
+    _settle(delivery, attempt, result, now=now, priority=priority)
+    attempt.save(update_fields=_ATTEMPT_FIELDS)
+    delivery.save(update_fields=_DELIVERY_FIELDS)
+    _report(delivery, attempt)
     return str(attempt.outcome)
+
+
+def _save_alike(model: Any, rows: list[Any], fields: list[str]) -> None:
+    """Write `fields` of `rows` with one UPDATE per set of equal values. Attempts recorded
+    together mostly end alike (claimed at the same time, delivered), so this is usually one
+    statement, and far cheaper to build than `bulk_update`'s CASE per row."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for row in rows:
+        groups.setdefault(tuple(getattr(row, name) for name in fields), []).append(row.pk)
+    for values, pks in groups.items():
+        model.objects.filter(pk__in=pks).update(**dict(zip(fields, values, strict=True)))
+
+
+def _conclude(
+    results: list[tuple[SignalDelivery, DeliveryAttempt, AttemptResult]], *, priority: int
+) -> list[str]:
+    """Record the results of attempts this process claimed, in one transaction; returns what
+    happened to each ("delivered", "retry", "failed", "superseded" or "missing").
+
+    Under the deliveries' row locks, a delivery still DELIVERING with this attempt's number is
+    still this process's claim: the sweeper settles an expired claim under the same lock and
+    moves the delivery on, so the attempt rows held in memory are current and need no re-read.
+    """
+    ids = [delivery.pk for delivery, _, _ in results]
+    with transaction.atomic():
+        current = {
+            pk: (state, number)
+            for pk, state, number in SignalDelivery.objects.select_for_update()
+            .filter(pk__in=ids)
+            .order_by("pk")
+            .values_list("pk", "state", "attempts")
+        }
+        now = timezone.now()
+        outcomes: list[str] = []
+        settled: list[tuple[SignalDelivery, DeliveryAttempt]] = []
+        for delivery, attempt, result in results:
+            if delivery.pk not in current:
+                outcomes.append("missing")
+            elif current[delivery.pk] != (DeliveryState.DELIVERING, attempt.number):
+                # The sweeper took this attempt for lost and moved on; keep what really happened.
+                DeliveryAttempt.objects.filter(pk=attempt.pk).update(
+                    finished_at=now, status_code=result.status_code, error=result.error[:500]
+                )
+                outcomes.append("superseded")
+            else:
+                _settle(delivery, attempt, result, now=now, priority=priority)
+                settled.append((delivery, attempt))
+                outcomes.append(str(attempt.outcome))
+        _save_alike(DeliveryAttempt, [a for _, a in settled], _ATTEMPT_FIELDS)
+        _save_alike(SignalDelivery, [d for d, _ in settled], _DELIVERY_FIELDS)
+    for delivery, attempt in settled:
+        _report(delivery, attempt)
+    return outcomes
 
 
 def signal_delivery_attempt(*, delivery_id: int) -> str:
@@ -408,9 +421,7 @@ def signal_delivery_attempt(*, delivery_id: int) -> str:
             return "not_due"
         delivery.attempts += 1
         delivery.state = DeliveryState.DELIVERING
-        delivery.claimed_until = now + timedelta(
-            seconds=float(settings.MOTOR_WEBHOOK_TIMEOUT_SECONDS) + CLAIM_MARGIN_S
-        )
+        delivery.claimed_until = _claim_until(now)
         delivery.save(update_fields=["attempts", "state", "claimed_until", "updated_at"])
         url = delivery.agent.webhook_url if delivery.target == DeliveryTarget.WEBHOOK else ""
         attempt = DeliveryAttempt.objects.create(
@@ -425,32 +436,18 @@ def signal_delivery_attempt(*, delivery_id: int) -> str:
     # The call happens outside any transaction: a slow receiver holds no lock.
     if delivery.target == DeliveryTarget.WEBHOOK:
         if not url:
-            result = _Result(False, error="the agent's webhook URL was removed", final=True)
+            result = AttemptResult(False, error="the agent's webhook URL was removed", final=True)
         else:
-            result = _post_webhook(
+            result = post_webhook(
                 agent=delivery.agent, signal=delivery.signal, url=url, number=attempt.number
             )
     else:
         result = _call_hook(name=delivery.name, signal_id=delivery.signal_id)
 
-    with transaction.atomic():
-        locked = (
-            SignalDelivery.objects.select_for_update()
-            .select_related("signal")
-            .filter(pk=delivery_id)
-            .first()
-        )
-        attempt = DeliveryAttempt.objects.select_for_update().get(pk=attempt.pk)
-        if locked is None:
-            return "missing"
-        if locked.state != DeliveryState.DELIVERING or locked.attempts != attempt.number:
-            # The sweeper took this attempt for lost and moved on; keep what really happened.
-            attempt.finished_at = timezone.now()
-            attempt.status_code = result.status_code
-            attempt.error = result.error[:500]
-            attempt.save(update_fields=["finished_at", "status_code", "error"])
-            return "superseded"
-        return _finish(locked, attempt, result, now=timezone.now())
+    [outcome] = _conclude(
+        [(delivery, attempt, result)], priority=_task_priority(delivery.signal.priority)
+    )
+    return outcome
 
 
 # --- the sweeper ---------------------------------------------------------------------------------
@@ -498,8 +495,9 @@ def signal_delivery_sweep() -> dict[str, list[int]]:
             _finish(
                 delivery,
                 attempt,
-                _Result(False, error="the worker making this attempt was lost"),
+                AttemptResult(False, error="the worker making this attempt was lost"),
                 now=now,
+                priority=_task_priority(delivery.signal.priority),
             )
             # `_finish` marks it as a retry or a final failure; keep "lost" visible on the row
             # when another attempt follows.

@@ -27,7 +27,9 @@ def schedule_fire_task(schedule_id: int) -> int | None:
     ignore_result=True,
 )
 def signal_dispatch_task(signal_id: int) -> list[int]:
-    """Plan the deliveries of one committed signal and queue their first attempts."""
+    """Plan the deliveries of one committed signal, make the brain hooks' first attempts, and
+    queue the webhook's. A redelivered message finds the plan made and does nothing more: a
+    hook attempt its worker died in is the sweeper's (its claim expires)."""
     from cognition.delivery import signal_dispatch
 
     return signal_dispatch(signal_id=signal_id)

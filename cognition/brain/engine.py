@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +35,10 @@ from cognition.tools import TOOL_NAMES, core_dispatch, core_tool_schemas
 from runs.errors import LLMUnavailable
 from runs.llm import ModelRole, llm_chat, llm_client
 from runs.models import MotorRun
+from runs.mutex import redis_client
 
 from .cortex_gate import skill_run_gate
+from .errors import ConversationBusy
 from .models import (
     Conversation,
     ConversationRun,
@@ -411,3 +415,29 @@ def _budget_spent(conversation: Conversation, trigger: str) -> None:
         text=f"This turn used its {settings.COGNITION_TURN_BUDGET_SECONDS:g} s budget and stopped.",
         event={"type": "turn_error", "code": "turn_budget"},
     )
+
+
+# --- the turn lock -------------------------------------------------------------------------------
+
+
+@contextmanager
+def turn_lock(conversation_id: int, *, wait_s: float) -> Iterator[None]:
+    """One turn at a time per conversation (a Redis lock that expires after the turn budget)."""
+    budget = float(settings.COGNITION_TURN_BUDGET_SECONDS)
+    lock = redis_client().lock(
+        f"cognition:conversation:{conversation_id}:turn",
+        timeout=budget + 60.0,
+        blocking_timeout=wait_s,
+    )
+    if not lock.acquire():
+        raise ConversationBusy(
+            f"Conversation {conversation_id} is busy with another turn; try again shortly.",
+            details={"conversation": conversation_id},
+        )
+    try:
+        yield
+    finally:
+        try:
+            lock.release()
+        except Exception:  # noqa: BLE001 - an expired lock is released already
+            logger.warning("turn lock of conversation %s had expired", conversation_id)

@@ -22,7 +22,7 @@ BUSY_MAX_RETRIES = 60
 )
 def brain_wake_task(self, signal_id: int) -> str:  # noqa: ANN001 - Celery's bound task
     """Wake the brain for one signal; a signal already handled is a no-op."""
-    from .services import brain_wake_handle
+    from .waking import brain_wake_handle
 
     outcome = brain_wake_handle(signal_id=signal_id)
     if outcome == "busy":

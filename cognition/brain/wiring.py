@@ -12,7 +12,7 @@ def connect() -> None:
     from cognition.brain_hooks import register_brain_hook
 
     from . import tasks  # noqa: F401 - registers the Celery task in every process
-    from .services import BRAIN_HOOK_NAME, brain_wake
+    from .waking import BRAIN_HOOK_NAME, brain_wake
 
     def hook(signal_id: int) -> None:
         brain_wake(signal_id)

@@ -39,12 +39,18 @@ def learn_from_signal(signal_id: int) -> LearnResult | None:
     from .cleanup import cleanup_after
     from .follow_ups import follow_ups_for_outcome
 
-    signal = Signal.objects.filter(pk=signal_id, kind=SignalKind.MOTOR_RESULT).first()
-    if signal is None or not signal.run_id:
+    # One narrow read decides most signals (a run without a skill teaches nothing); only a
+    # skill's run is loaded whole.
+    found = (
+        Signal.objects.filter(pk=signal_id, kind=SignalKind.MOTOR_RESULT, run__isnull=False)
+        .values_list("run_id", "run__skill_id")
+        .first()
+    )
+    if found is None or found[1] is None:
         return None
     run = (
         MotorRun.objects.select_related("agent", "skill_version", "skill")
-        .filter(pk=signal.run_id)
+        .filter(pk=found[0])
         .first()
     )
     if run is None or run.skill_id is None:

@@ -9,6 +9,7 @@ import pytest
 
 from cognition.brain.models import BrainWake, ConversationStatus, Message, WakeState
 from cognition.brain.services import (
+    brain_wake,
     brain_wake_handle,
     conversation_approve_skill,
     conversation_post_message,
@@ -334,3 +335,42 @@ def test_a_run_waiting_for_a_credential_is_not_a_question_for_the_chat(
     with django_capture_on_commit_callbacks(execute=True):
         credential_set(agent=world.alpha, name="MAIL_TOKEN", value="m-9f2c", actor="t")
     assert MotorRun.objects.get(pk=run_id).status == RunStatus.RUNNING
+
+
+def test_a_signal_no_conversation_would_hear_is_done_at_once_without_a_task(
+    world: World, chat: Conversation, django_capture_on_commit_callbacks
+) -> None:
+    from runs.outbox import signal_emit
+
+    # given a signal of bravo, which has no conversation (chat is alpha's)
+    with django_capture_on_commit_callbacks() as emitted:
+        lonely = signal_emit(agent_id=world.bravo.pk, kind="motor_result", payload={"status": "x"})
+        heard = signal_emit(agent_id=world.alpha.pk, kind="motor_result", payload={"status": "x"})
+    assert len(emitted) == 2  # the deliveries' notifications, not run here
+
+    # when the brain hook gets it, then its wake is done at once and no wake-up task is queued
+    with django_capture_on_commit_callbacks() as queued:
+        assert brain_wake(lonely.pk) is True
+    assert queued == []
+    wake = BrainWake.objects.get(signal=lonely)
+    assert (wake.state, wake.outcome, wake.conversation) == (
+        WakeState.DONE,
+        "no_conversation",
+        None,
+    )
+    assert wake.handled_at is not None
+    # and a repeat is a no-op, through the hook and through the task's service
+    with django_capture_on_commit_callbacks() as again:
+        assert brain_wake(lonely.pk) is False
+    assert again == []
+    assert brain_wake_handle(signal_id=lonely.pk) == "duplicate"
+    assert not Message.objects.filter(signal=lonely).exists()
+
+    # when it gets alpha's signal, a conversation would hear of it: one task queued on commit
+    with django_capture_on_commit_callbacks() as queued:
+        assert brain_wake(heard.pk) is True
+    assert len(queued) == 1
+    assert BrainWake.objects.get(signal=heard).state == WakeState.QUEUED
+    # and a missing signal records nothing
+    assert brain_wake(heard.pk + 1000) is False
+    assert BrainWake.objects.count() == 2
