@@ -365,8 +365,10 @@ def _fill(connection: _Connection) -> None:
     connection.buffer += chunk
 
 
-def _read_head(connection: _Connection) -> tuple[bytes, int]:
-    """The bytes of the answer's head (status line and headers) and where its body starts."""
+def _read_head(connection: _Connection, started: bool) -> tuple[bytes, int]:
+    """The bytes of the answer's head (status line and headers) and where its body starts.
+    Until a byte of the answer has arrived (`started`: an interim answer has), a connection
+    closed or reset is `_Stale`."""
     buffer = connection.buffer
     start = 0
     while True:
@@ -376,7 +378,7 @@ def _read_head(connection: _Connection) -> tuple[bytes, int]:
         if len(buffer) > _MAX_HEAD:
             raise httpx2.RemoteProtocolError("the answer's headers are too long")
         start = max(0, len(buffer) - 3)
-        first = not buffer
+        first = not (started or buffer)
         try:
             chunk = connection.sock.recv(_RECV)
         except TimeoutError as exc:
@@ -397,8 +399,10 @@ def _read_head(connection: _Connection) -> tuple[bytes, int]:
 def _read_response(connection: _Connection, head_request: bool) -> tuple[httpx2.Response, bool]:
     """The next answer on the connection (interim 1xx answers skipped), and whether the
     connection may carry another request."""
+    started = False
     while True:
-        head, body_start = _read_head(connection)
+        head, body_start = _read_head(connection, started)
+        started = True
         lines = head.split(b"\r\n")
         version, _, rest = lines[0].partition(b" ")
         code, _, reason = rest.partition(b" ")

@@ -46,6 +46,8 @@ class Answer:
     drop: bool = False  # read the request, then close without answering
     partial: bool = False  # send half a status line, then close
     hold: float = 0.0  # seconds to wait before answering
+    connection_close: bool = False  # say `Connection: close`, then close
+    unsized: bool = False  # no Content-Length: the body ends when the connection closes
 
 
 @dataclass
@@ -93,7 +95,13 @@ class Server:
                 self.send_header("Content-Type", "application/json")
                 if answer.gzip:
                     self.send_header("Content-Encoding", "gzip")
-                if answer.chunked:
+                if answer.connection_close:
+                    self.send_header("Connection", "close")
+                if answer.unsized:
+                    self.end_headers()
+                    self.wfile.write(data)
+                    self.close_connection = True
+                elif answer.chunked:
                     self.send_header("Transfer-Encoding", "chunked")
                     self.end_headers()
                     for start in range(0, len(data), 50):
@@ -318,6 +326,24 @@ def test_chunked_and_gzip_answers_are_read(llm_settings, serve):
     # when they are asked for, then each is read whole and the connection carries them all
     assert [_chat(client) for _ in kinds] == [kind.content for kind in kinds]
     assert server.accepts == 1
+
+
+def test_connection_close_and_a_body_that_ends_with_the_connection(llm_settings, serve):
+    # given a server that says `Connection: close`, then sends a body without a length
+    kinds = [
+        Answer(content="closing", connection_close=True),
+        Answer(content="unsized " * 50, unsized=True),
+        Answer(content="kept"),
+        Answer(content="kept too"),
+    ]
+    server = serve(plan=lambda index, body: kinds[index])
+    llm_settings.LLM_BASE_URL = server.base_url
+    client = llm_client()
+    # when they are asked for, then each is read whole, each of the first two on its own
+    # connection, and the last two share one
+    assert [_chat(client) for _ in kinds] == [kind.content for kind in kinds]
+    assert server.accepts == 3
+    assert len(server.requests) == 4
 
 
 def test_a_server_error_is_retried_by_the_client(llm_settings, serve):
