@@ -391,6 +391,66 @@ def test_connection_errors_are_httpx2_connect_errors(llm_settings):
         _chat(llm_client())
 
 
+def test_a_connect_timeout_is_the_clients_timeout(llm_settings):
+    # given a listener whose backlog is full, so a new connection is never accepted
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = [socket.socket() for _ in range(3)]
+    try:
+        for filler in fillers:
+            filler.setblocking(False)
+            try:
+                filler.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+        time.sleep(0.2)
+        transport = LeanTransport()
+        request = httpx2.Request(
+            "POST",
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            content=b"{}",
+            extensions={"timeout": {"connect": 0.3, "read": 5, "write": 5, "pool": 5}},
+        )
+        # when a request is sent there, then it is httpx2's ConnectTimeout after the connect
+        # timeout, and the client's APITimeoutError
+        started = time.monotonic()
+        with pytest.raises(httpx2.ConnectTimeout):
+            transport.handle_request(request)
+        assert 0.25 < time.monotonic() - started < 3
+        llm_settings.LLM_TIMEOUT_SECONDS = 0.3
+        llm_settings.LLM_BASE_URL = f"http://127.0.0.1:{port}/v1"
+        with pytest.raises(LLMUnavailable, match="APITimeoutError"):
+            _chat(llm_client())
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+def test_an_idle_connection_is_replaced_after_the_keepalive_expiry(serve):
+    # given a transport whose connections expire after 0.2 s idle
+    server = serve(plan=lambda index, body: Answer(content=f"answer {index}"))
+    transport = LeanTransport(keepalive_expiry=0.2)
+    client = openai.OpenAI(
+        base_url=server.base_url,
+        api_key="k",
+        max_retries=0,
+        http_client=openai.DefaultHttpxClient(transport=transport),
+    )
+    # when two calls follow at once and a third after 0.4 s, then the third has a new connection
+    assert [_chat(client), _chat(client)] == ["answer 0", "answer 1"]
+    assert server.accepts == 1
+    time.sleep(0.4)
+    assert _chat(client) == "answer 2"
+    assert server.accepts == 2
+    # and closing the transport closes its connections (a next call connects again)
+    transport.close()
+    assert _chat(client) == "answer 3"
+    assert server.accepts == 3
+
+
 def test_many_threads_share_the_client_each_with_its_own_answers(llm_settings, serve):
     # given a server echoing what each request asked, and one client shared by 50 threads
     server = serve(plan=lambda index, body: Answer(content="re: " + body["messages"][0]["content"]))
