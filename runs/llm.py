@@ -22,6 +22,7 @@ from django.conf import settings
 
 from runs.accounting import usage_of
 from runs.errors import LLMUnavailable
+from runs.llm_http import LeanTransport
 from runs.metrics import llm_timer, llm_usage_record
 
 logger = logging.getLogger(__name__)
@@ -90,8 +91,6 @@ def llm_client(*, http_client: httpx.Client | None = None) -> openai.OpenAI:
     (one keep-alive connection per thread), or the default pool's when a proxy applies.
     """
     if http_client is None:
-        from runs.llm_http import LeanTransport
-
         http_client = openai.DefaultHttpxClient(transport=LeanTransport())
     return openai.OpenAI(
         base_url=settings.LLM_BASE_URL or None,
