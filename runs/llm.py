@@ -22,6 +22,7 @@ from django.conf import settings
 
 from runs.accounting import usage_of
 from runs.errors import LLMUnavailable
+from runs.llm_http import LeanTransport
 from runs.metrics import llm_timer, llm_usage_record
 
 logger = logging.getLogger(__name__)
@@ -86,15 +87,18 @@ def llm_client(*, http_client: httpx.Client | None = None) -> openai.OpenAI:
 
     `http_client` lets callers supply a transport (the scripted and replay providers do); it
     gets the request hook that reports when a request has been sent (see `llm_chat`'s
-    `on_sent`).
+    `on_sent`). Without one, the client's connections are `runs.llm_http.LeanTransport`'s
+    (one keep-alive connection per thread), or the default pool's when a proxy applies.
     """
+    if http_client is None:
+        http_client = openai.DefaultHttpxClient(transport=LeanTransport())
     return openai.OpenAI(
         base_url=settings.LLM_BASE_URL or None,
         # Local OpenAI-compatible servers accept any key; the client refuses an empty one.
         api_key=settings.LLM_API_KEY or "unset",
         timeout=llm_timeout(),
         max_retries=int(getattr(settings, "LLM_MAX_RETRIES", 2)),
-        http_client=report_sent(http_client or openai.DefaultHttpxClient()),
+        http_client=report_sent(http_client),
     )
 
 
