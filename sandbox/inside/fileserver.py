@@ -308,9 +308,12 @@ class FileServing:
             server = None
         if server is None:
             if op in ("glob", "grep"):
-                # their patterns need `re`: imported here once, every later file server (a new
-                # one follows each command) inherits it instead of importing it again
+                # they and their patterns (`re`) are imported here once: every later file
+                # server (a new one follows each command) inherits them instead of importing
+                # them again
                 import re  # noqa: F401
+
+                _load_sibling("tool_search")
             try:
                 server = self._file_server = self._start_file_server(targets)
             except OSError:

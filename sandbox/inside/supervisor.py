@@ -215,7 +215,7 @@ def _prepare(host_fd: int, config: Config) -> Runner:
     _harden()
     import threading  # noqa: F401 - the bridge's
 
-    for name in ("resident", "bridge", "seccomp", "tools"):
+    for name in ("resident", "bridge", "seccomp", "tools", "tool_search"):
         _load_sibling(name)
     _load_sibling("seccomp").prepare(allow_unix_pairs=True)
     warm = Runner(config, inherit=True, host_fd=host_fd)
