@@ -141,6 +141,8 @@ class BwrapBackend:
         )
         self._runtime_root = runtime_root or _default_runtime_root()
         self._egress_resolver = egress_resolver
+        #: the host's system directories and files do not change under a running worker
+        self._filesystem_args = filesystem_args()
         precompile(str(INSIDE_DIR))
         if sweep:
             self.sweep_orphans()
@@ -304,13 +306,15 @@ class BwrapBackend:
         fds: list[int] = []
         proc: subprocess.Popen[bytes] | None = None
         try:
-            _write_owner(runtime_dir, None)
+            # one owner record, written once the uid is known: until then the sweep leaves a
+            # dir without a record alone (UNOWNED_GRACE_S)
             if os.geteuid() == 0:
                 lease = _UidLease.acquire(self._uids, _private_dir(root / "uids", 0o700))
                 _write_owner(runtime_dir, lease.uid)
                 host_uid = host_gid = lease.uid
                 _chown_tree(workspace, host_uid, host_gid, self._uids)
             else:
+                _write_owner(runtime_dir, None)
                 host_uid, host_gid = os.geteuid(), os.getegid()
 
             env = environment(spec)
@@ -318,7 +322,7 @@ class BwrapBackend:
             args += ["--setenv", "PATH", env.get("PATH", DEFAULT_PATH)]
             args += ["--setenv", "HOME", "/workspace", "--setenv", "LANG", "C.UTF-8"]
             args += ["--setenv", "TMPDIR", "/tmp"]
-            args += filesystem_args()
+            args += self._filesystem_args
             for name, text in (
                 ("/etc/passwd", _PASSWD),
                 ("/etc/group", _GROUP),

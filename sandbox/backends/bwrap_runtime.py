@@ -54,12 +54,19 @@ def _process_start(pid: int) -> str:
     return fields[19].decode() if len(fields) > 19 else ""
 
 
+#: (pid, start time) of this process, read once per process (a forked child reads its own)
+_own_start: tuple[int, str] = (0, "")
+
+
 def _write_owner(runtime_dir: Path, uid: int | None) -> None:
     """Record who owns a runtime dir (this process: pid + start time) and its sandbox uid."""
     import json
 
+    global _own_start
     pid = os.getpid()
-    record = {"pid": pid, "start": _process_start(pid), "uid": uid}
+    if _own_start[0] != pid:
+        _own_start = (pid, _process_start(pid))
+    record = {"pid": pid, "start": _own_start[1], "uid": uid}
     tmp = runtime_dir / f"{OWNER_FILE}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as fh:

@@ -78,6 +78,9 @@ class BwrapSession:
         self._rbuf = bytearray()
         #: a configure frame sent ahead of the first call (an adopted pooled sandbox)
         self._configure_frame = b""
+        #: the supervisor answered (prepared or ready): bwrap had set the sandbox up and only
+        #: waits for it (see `_left_nothing_behind`)
+        self._supervisor_started = False
 
     # ------------------------------------------------------------------ protocol plumbing
 
@@ -144,6 +147,7 @@ class BwrapSession:
         reply = self._recv(time.monotonic() + STARTUP_TIMEOUT_S)
         if reply.get("op") != "prepared":
             raise SandboxError(f"sandbox failed to start: {reply.get('message', reply)}")
+        self._supervisor_started = True
 
     @property
     def lease(self) -> _UidLease | None:
@@ -185,6 +189,7 @@ class BwrapSession:
         reply = self._recv(time.monotonic() + STARTUP_TIMEOUT_S)
         if reply.get("op") != "ready":
             raise SandboxError(f"sandbox failed to start: {reply.get('message', reply)}")
+        self._supervisor_started = True
 
     def _reclaim_workspace(self) -> None:
         """Give the workspace back to this session's uid when another session took it.
@@ -307,10 +312,16 @@ class BwrapSession:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 logger.error("bwrap pid %s did not exit after SIGKILL", self._proc.pid)
+        clean = False
         if self._lease is not None:
+            clean = self._left_nothing_behind()
             deadline = time.monotonic() + 5.0
-            while _processes_of_uid(self._lease.uid) and time.monotonic() < deadline:
-                for pid in _processes_of_uid(self._lease.uid):
+            while not clean and time.monotonic() < deadline:
+                pids = _processes_of_uid(self._lease.uid)
+                if not pids:
+                    clean = True
+                    break
+                for pid in pids:
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
                 time.sleep(0.01)
@@ -321,7 +332,7 @@ class BwrapSession:
                 logger.exception("closing the egress proxy of session %s failed", self.id)
         shutil.rmtree(self._runtime_dir, ignore_errors=True)
         if self._lease is not None:
-            self._lease.release()
+            self._lease.release(clean=clean)
         # The pipes are closed only while no call uses them: closing them under a reader would
         # fail its read with EBADF, or let the fd number be reused by another file the reader
         # then reads. The sandbox is dead, so a running call sees EOF promptly; if the lock
@@ -337,6 +348,19 @@ class BwrapSession:
         for callback in self._on_close:
             with contextlib.suppress(Exception):
                 callback(self)
+
+    def _left_nothing_behind(self) -> bool:
+        """Whether bwrap's exit shows that no process of the sandbox is left, without a look
+        through /proc. The supervisor is the init of the sandbox's PID namespace, and the
+        kernel lets an init finish exiting only after every other process of its namespace was
+        killed and reaped; bwrap, once the sandbox is set up, only waits for that init and
+        exits with its status (128 + the signal that killed it). So a bwrap that ran the
+        supervisor (it answered) and exited with the status of a supervisor that ended well (0)
+        or was killed (128 + SIGKILL) left nothing of the sandbox uid running. Anything else
+        (bwrap killed, still running, failed with an error of its own: status 1) needs the
+        look."""
+        returncode = self._proc.returncode
+        return self._supervisor_started and returncode in (0, 128 + signal.SIGKILL)
 
     def _close_pipes(self) -> None:
         """Close the supervisor's pipes; the caller holds `_call_lock`."""

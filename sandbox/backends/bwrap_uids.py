@@ -10,6 +10,7 @@ import os
 import secrets
 import stat
 from pathlib import Path
+from typing import ClassVar
 
 from sandbox.types import SandboxError
 
@@ -29,8 +30,25 @@ def _parse_uid_range(text: str) -> range:
     return range(low, high + 1)
 
 
+#: what a uid's lock file holds while it is not leased after a holder that saw its sandbox end
+#: with nothing left running (any other content: a holder leased it and did not say so)
+_CLEAN = b"clean"
+
+
 class _UidLease:
-    """Exclusive use of one host uid for one session, across processes (flock on a file)."""
+    """Exclusive use of one host uid for one session, across processes (flock on a file).
+
+    A uid is leased only when no process of it runs. The holder of a lease says, when it
+    releases it, whether it knows that nothing of its sandbox is left (`release(clean=True)`,
+    written to the lock file); the next holder looks through /proc for processes of the uid
+    only when the last one did not say so (it died, or its sandbox ended in a way that leaves
+    doubt). A process tries the uids it released clean itself first, so one that opens sandbox
+    after sandbox mostly leases a uid without that look (a walk over every process of the
+    host, twice per sandbox before)."""
+
+    #: uids this process released clean, the most recent last (at most _MAX_REMEMBERED)
+    _released_clean: ClassVar[list[int]] = []
+    _MAX_REMEMBERED = 64
 
     def __init__(self, uid: int, fd: int) -> None:
         self.uid = uid
@@ -38,29 +56,59 @@ class _UidLease:
 
     @classmethod
     def acquire(cls, uids: range, lock_dir: Path) -> _UidLease:
+        remembered = cls._released_clean
+        while remembered:
+            try:
+                uid = remembered.pop()
+            except IndexError:  # taken by another thread meanwhile
+                break
+            if uid in uids and (lease := cls._try(uid, lock_dir)) is not None:
+                return lease
         start = secrets.randbelow(len(uids))
         for i in range(len(uids)):
-            uid = uids[(start + i) % len(uids)]
-            fd = os.open(lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            if _processes_of_uid(uid):
-                # a process of a previous holder is still alive; never share a uid with it
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-                continue
-            return cls(uid, fd)
+            lease = cls._try(uids[(start + i) % len(uids)], lock_dir)
+            if lease is not None:
+                return lease
         raise SandboxError(f"no free sandbox uid in {uids.start}-{uids.stop - 1}")
 
-    def release(self) -> None:
+    @classmethod
+    def _try(cls, uid: int, lock_dir: Path) -> _UidLease | None:
+        """A lease of `uid` when nobody holds it and no process of it runs, else None."""
+        fd = os.open(lock_dir / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            clean = os.pread(fd, len(_CLEAN) + 1, 0) == _CLEAN
+            # leased now: whoever finds the file so after us (we died holding it) must look
+            os.ftruncate(fd, 0)
+        except OSError:
+            clean = False
+        if not clean and _processes_of_uid(uid):
+            # a process of a previous holder is still alive; never share a uid with it
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            return None
+        return cls(uid, fd)
+
+    def release(self, *, clean: bool = False) -> None:
+        """Give the uid up; `clean`: the holder knows that no process of it is left."""
         if self._fd >= 0:
+            if clean:
+                try:
+                    os.pwrite(self._fd, _CLEAN, 0)
+                except OSError:
+                    clean = False
             with contextlib.suppress(OSError):
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = -1
+            if clean:
+                remembered = self._released_clean
+                remembered.append(self.uid)
+                del remembered[: -self._MAX_REMEMBERED]
 
 
 def _processes_of_uid(uid: int) -> list[int]:

@@ -4,7 +4,6 @@ set-up between fork and exec on the slow path and the spawner thread of the fast
 from __future__ import annotations
 
 import _thread
-import os
 import resource
 
 TYPE_CHECKING = False
@@ -23,19 +22,11 @@ _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
 
 
-def _prctl(option: int, value: int) -> None:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
-
-
 def harden_self() -> None:
     """Make the supervisor unreadable and untraceable by the commands it runs (same uid)."""
-    _prctl(_PR_SET_DUMPABLE, 0)
-    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+    prctl = _load_sibling("seccomp").prctl
+    prctl(_PR_SET_DUMPABLE, 0)
+    prctl(_PR_SET_NO_NEW_PRIVS, 1)
 
 
 #: what a command gets, in the order applied: (resource, soft, hard) for each limit that is on

@@ -74,6 +74,10 @@ def _close_other_fds(keep: int = 2) -> None:
 
 #: calls one file server answers before it is replaced by a fresh fork (its heap stays small)
 FILE_SERVER_MAX_CALLS = 1000
+#: what a call reads of the answer at first: a small answer in one read, without the 1 MiB
+#: buffer (an mmap, a mremap and a munmap) a read of _READ_CHUNK allocates
+_FIRST_READ = 65536
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class _FileServer:
@@ -90,6 +94,18 @@ class _FileServer:
         self.returncode: int | None = None
         #: its stderr, read by `stop`
         self.stderr = b""
+        #: the soft RLIMIT_CPU and RLIMIT_FSIZE last set on it (None: not set by a call yet)
+        self.cpu_soft: int | None = None
+        self.fsize: tuple[int, int] | None = None
+        #: what a call waits on: its answers, and the host's stream while `watching_host`
+        self.poller = _Poller()
+        self.poller.register(answers, _READ, "answer")
+        self.watching_host = False
+        #: /proc/PID/stat, kept open: each call reads its CPU time with one pread (-1: closed)
+        try:
+            self._stat_fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._stat_fd = -1
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -105,9 +121,8 @@ class _FileServer:
     def cpu_seconds(self) -> float:
         """CPU time used so far (user + system)."""
         try:
-            with open(f"/proc/{self.pid}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            fields = os.pread(self._stat_fd, 1024, 0).rsplit(b")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
         except (OSError, IndexError, ValueError):
             return 0.0
 
@@ -127,13 +142,14 @@ class _FileServer:
                 if pid:
                     self.returncode = os.waitstatus_to_exitcode(status)
         self.stderr = self._read_errors()
-        for fd in (self.requests, self.answers, self.errors):
+        self.poller.close()
+        for fd in (self.requests, self.answers, self.errors, self._stat_fd):
             if fd >= 0:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self.requests = self.answers = self.errors = -1
+        self.requests = self.answers = self.errors = self._stat_fd = -1
         return self.returncode if self.returncode is not None else -SIGKILL
 
     def _read_errors(self) -> bytes:
@@ -156,6 +172,7 @@ def _file_server_main(setup: _ChildSetup, tools: ModuleType) -> int:
     framed requests on stdin until EOF. Returns the exit status."""
     setup()
     stdin = os.fdopen(0, "rb", buffering=0)
+    last_env: dict[str, str] | None = None
     while True:
         header = _read_exact(stdin, _HEADER.size)
         if header is None:
@@ -171,9 +188,11 @@ def _file_server_main(setup: _ChildSetup, tools: ModuleType) -> int:
         except OSError as exc:
             _write_all(2, f"working directory {cwd}: {exc.strerror}".encode())
             return 126
-        os.environ.clear()
-        os.environ.update(env)
-        tools.use_workspace(env.get("MOTOR_WORKSPACE", "/workspace"))
+        if env != last_env:  # a run's calls all have the same environment
+            os.environ.clear()
+            os.environ.update(env)
+            tools.use_workspace(env.get("MOTOR_WORKSPACE", "/workspace"))
+            last_env = env
         answer = tools.respond(op, request, loads=json_loads, dumps=_json_dumps_spaced).encode()
         _write_all(1, _HEADER.pack(len(answer)) + answer)
 
@@ -289,23 +308,33 @@ class FileServing:
             server = None
         if server is None:
             if op in ("glob", "grep"):
-                # their patterns need `re`: imported here once, every later file server (a new
-                # one follows each command) inherits it instead of importing it again
+                # they and their patterns (`re`) are imported here once: every later file
+                # server (a new one follows each command) inherits them instead of importing
+                # them again
                 import re  # noqa: F401
+
+                _load_sibling("tool_search")
             try:
                 server = self._file_server = self._start_file_server(targets)
             except OSError:
                 return None
-        # this call's soft limits, set from outside (the server may not change any limit)
+        # this call's soft limits, set from outside (the server may not change any limit); one
+        # the server already holds is not set again
         try:
             for res, soft, _hard in targets:
                 if res == resource.RLIMIT_FSIZE:
                     hard = self._server_hard(res, _hard)
-                    resource.prlimit(server.pid, res, (_lower(soft, hard), hard))
+                    fsize = (_lower(soft, hard), hard)
+                    if fsize != server.fsize:
+                        resource.prlimit(server.pid, res, fsize)
+                        server.fsize = fsize
                 elif res == resource.RLIMIT_CPU:
                     used = int(server.cpu_seconds()) + 1
                     hard = self._own[res][1]
-                    resource.prlimit(server.pid, res, (_lower(used + soft, hard), hard))
+                    cpu_soft = _lower(used + soft, hard)
+                    if cpu_soft != server.cpu_soft:
+                        resource.prlimit(server.pid, res, (cpu_soft, hard))
+                        server.cpu_soft = cpu_soft
         except OSError:
             self.stop_file_server()
             return None
@@ -329,51 +358,53 @@ class FileServing:
         scanning = check_quota and bool(self.config.workspace_bytes)
         next_scan = started + scan_interval if scanning else float("inf")
         buf = bytearray()
-        sel = _Poller()
-        sel.register(server.answers, _READ, "answer")
-        if self._host_fd is not None:
+        want = _FIRST_READ
+        sel = server.poller
+        if self._host_fd is not None and not server.watching_host:
             sel.register(self._host_fd, _READ, "host")
+            server.watching_host = True
         timed_out = quota_hit = truncated = False
         answer: bytes | None = None
-        try:
-            while answer is None:
-                now = time.monotonic()
-                if now >= deadline:
-                    timed_out = True
+        while answer is None:
+            now = time.monotonic()
+            if now >= deadline:
+                timed_out = True
+                break
+            if scanning and now >= next_scan:
+                scan_started = time.monotonic()
+                if self._over_quota():
+                    quota_hit = True
                     break
-                if scanning and now >= next_scan:
-                    scan_started = time.monotonic()
-                    if self._over_quota():
-                        quota_hit = True
-                        break
-                    scan_interval = max(0.05, 4 * (time.monotonic() - scan_started))
-                    next_scan = time.monotonic() + scan_interval
-                wait = max(0.0, min(deadline, next_scan) - time.monotonic())
-                gone = False
-                for key, _ in sel.select(timeout=wait):
-                    if key.data == "host":
-                        if not _host_still_there(int(key.fd)):
-                            # the owner is gone: nobody will read the answer
-                            server.stop()
-                            os._exit(0)
-                        sel.unregister(key.fd)
-                        continue
-                    chunk = os.read(server.answers, _READ_CHUNK)
-                    if not chunk:
-                        gone = True  # the server died: reported below
-                        break
-                    buf += chunk
-                    if len(buf) >= _HEADER.size:
-                        (size,) = _HEADER.unpack(bytes(buf[: _HEADER.size]))
-                        # an answer over the output limit is cut there (and the server goes)
-                        end = _HEADER.size + min(size, spec.output_limit)
-                        if len(buf) >= end:
-                            answer = bytes(buf[_HEADER.size : end])
-                            truncated = size > spec.output_limit
-                if gone:
+                scan_interval = max(0.05, 4 * (time.monotonic() - scan_started))
+                next_scan = time.monotonic() + scan_interval
+            wait = max(0.0, min(deadline, next_scan) - time.monotonic())
+            gone = False
+            for key, _ in sel.select(timeout=wait):
+                if key.data == "host":
+                    if not _host_still_there(int(key.fd)):
+                        # the owner is gone: nobody will read the answer
+                        server.stop()
+                        os._exit(0)
+                    # still there (it sent a frame early): not watched for the rest of
+                    # this call, again from the next one
+                    sel.unregister(key.fd)
+                    server.watching_host = False
+                    continue
+                chunk = os.read(server.answers, want)
+                if not chunk:
+                    gone = True  # the server died: reported below
                     break
-        finally:
-            sel.close()
+                buf += chunk
+                if len(buf) >= _HEADER.size:
+                    (size,) = _HEADER.unpack(bytes(buf[: _HEADER.size]))
+                    # an answer over the output limit is cut there (and the server goes)
+                    end = _HEADER.size + min(size, spec.output_limit)
+                    if len(buf) >= end:
+                        answer = bytes(buf[_HEADER.size : end])
+                        truncated = size > spec.output_limit
+                    want = max(1, min(_READ_CHUNK, end - len(buf)))
+            if gone:
+                break
         if answer is not None and not truncated and not timed_out and not quota_hit:
             if check_quota and self.config.workspace_bytes and self._over_quota():
                 quota_hit = True

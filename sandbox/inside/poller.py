@@ -3,10 +3,8 @@ stream ended."""
 
 from __future__ import annotations
 
-import fcntl
 import select
 import sys
-import termios
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
@@ -60,6 +58,10 @@ def _host_still_there(fd: int) -> bool:
     """Whether the host's stream, found readable mid-call, is still open (no EOF).
 
     Peeks without consuming, so a frame the host did send stays for the next read."""
+    # only here, and rarely (the stream turning readable mid-call): not on every start
+    import fcntl
+    import termios
+
     try:
         ready, _w, _x = select.select([fd], [], [], 0)
         if not ready:

@@ -101,19 +101,31 @@ def json_dumps(obj: object, *, compact: bool = True) -> str:
         import json
 
         return json.dumps(obj, separators=(item_separator, key_separator))
-    # (markers, default, encoder, indent, key and item separators, sort_keys, skipkeys, allow_nan)
-    encode = _json.make_encoder(
-        {},
-        _not_serializable,
-        _json.encode_basestring_ascii,
-        None,
-        key_separator,
-        item_separator,
-        False,
-        False,
-        True,
-    )
-    return "".join(encode(obj, 0))
+    encode = _ENCODERS.get(compact)
+    if encode is None:
+        # (markers, default, encoder, indent, key and item separators, sort_keys, skipkeys,
+        # allow_nan)
+        encode = _ENCODERS[compact] = _json.make_encoder(
+            {},
+            _not_serializable,
+            _json.encode_basestring_ascii,
+            None,
+            key_separator,
+            item_separator,
+            False,
+            False,
+            True,
+        )
+    try:
+        return "".join(encode(obj, 0))
+    except BaseException:
+        # its markers (for circular references) may keep what the failed call left there
+        _ENCODERS.pop(compact, None)
+        raise
+
+
+#: json_dumps's C encoders (by `compact`), made once per process: one encodes every frame
+_ENCODERS: dict[bool, Any] = {}
 
 
 def _json_dumps_spaced(obj: object) -> str:

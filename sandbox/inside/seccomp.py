@@ -1,8 +1,8 @@
 """A classic-BPF seccomp filter for commands run inside a sandbox (stdlib + ctypes only).
 
 This module runs inside the sandbox under the system ``/usr/bin/python3`` and is also importable
-on the host. It builds the filter with ``struct`` and installs it with ``prctl`` through ctypes, so
-it needs neither libseccomp nor any third-party package.
+on the host. It builds the filter with ``struct`` and installs it with ``prctl`` (`prctl`, on
+``_ctypes``, the C half of ctypes), so it needs neither libseccomp nor any third-party package.
 
 The filter's default is to allow; the listed system calls fail with ``EPERM`` (``clone3`` fails
 with ``ENOSYS`` so that libc falls back to ``clone``, whose flags *can* be inspected). A system
@@ -31,7 +31,7 @@ under different profiles; a child inherits the filters of the thread that forked
 
 from __future__ import annotations
 
-import ctypes
+import _ctypes
 import errno
 import os
 import struct
@@ -332,8 +332,68 @@ def build_filter(
     return bytes(out)
 
 
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+# ctypes's own types, on `_ctypes` directly: importing the ctypes package would cost every sandbox
+# start about 5 million instructions (a quarter of the interpreter's own start: its hundreds of
+# lines of type set-up), _ctypes about 0.9 million
+class _CInt(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "i"
+
+
+class _CULong(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "L"
+
+
+class _CUShort(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "H"
+
+
+class _CVoidP(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "P"
+
+
+class _CChar(_ctypes._SimpleCData):  # type: ignore[type-arg]
+    _type_ = "c"
+
+
+class _CFunction(_ctypes.CFuncPtr):
+    """A C function of the C library (ctypes.CDLL(None, use_errno=True)'s functions)."""
+
+    _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+    _restype_ = _CInt
+
+
+class _Process:
+    """What `_CFunction` looks its function up in: the handle of dlopen(NULL) (this process,
+    its C library included)."""
+
+    def __init__(self) -> None:
+        self._handle = _ctypes.dlopen(None, 0)  # type: ignore[arg-type] # dlopen(NULL)
+
+
+_libc_prctl: _CFunction | None = None
+
+
+def _prctl_function() -> _CFunction:
+    global _libc_prctl
+    if _libc_prctl is None:
+        try:
+            function = _CFunction(("prctl", _Process()))  # type: ignore[arg-type]
+        except (OSError, AttributeError) as exc:  # pragma: no cover - every glibc/musl has it
+            raise SeccompUnavailable(f"prctl() is not reachable: {exc}") from exc
+        function.argtypes = (_CInt, _CULong, _CULong, _CULong, _CULong)
+        _libc_prctl = function
+    return _libc_prctl
+
+
+def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> None:
+    """prctl(2) with the C library's function; raises OSError when it fails."""
+    if _prctl_function()(option, arg2, arg3, arg4, arg5) != 0:
+        err = _ctypes.get_errno()
+        raise OSError(err, f"prctl({option}): {os.strerror(err)}")
+
+
+class _SockFprog(_ctypes.Structure):
+    _fields_ = [("len", _CUShort), ("filter", _CVoidP)]
 
 
 class PreparedFilter:
@@ -343,31 +403,19 @@ class PreparedFilter:
     def __init__(self, program: bytes) -> None:
         if len(program) % 8 != 0 or not program:
             raise SeccompUnavailable("malformed seccomp program")
-        self._buffer = ctypes.create_string_buffer(program, len(program))
-        self._fprog = _SockFprog(len(program) // 8, ctypes.addressof(self._buffer))
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            self._prctl = libc.prctl
-        except (OSError, AttributeError) as exc:  # pragma: no cover - every glibc/musl has it
-            raise SeccompUnavailable(f"prctl() is not reachable: {exc}") from exc
-        self._prctl.restype = ctypes.c_int
-        self._prctl.argtypes = [
-            ctypes.c_int,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-            ctypes.c_ulong,
-        ]
-        self._fprog_address = ctypes.addressof(self._fprog)
+        self._buffer = (_CChar * len(program)).from_buffer_copy(program)
+        self._fprog = _SockFprog(len(program) // 8, _ctypes.addressof(self._buffer))
+        self._prctl = _prctl_function()
+        self._fprog_address = _ctypes.addressof(self._fprog)
 
     def install(self) -> None:
         """Set no_new_privs and install the filter on the calling thread only (inherited by the
         children it forks and kept across execve). Raises OSError when the kernel refuses."""
         if self._prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            err = ctypes.get_errno()
+            err = _ctypes.get_errno()
             raise OSError(err, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(err)}")
         if self._prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, self._fprog_address, 0, 0) != 0:
-            err = ctypes.get_errno()
+            err = _ctypes.get_errno()
             raise OSError(err, f"prctl(PR_SET_SECCOMP): {os.strerror(err)}")
 
 

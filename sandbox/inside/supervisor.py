@@ -215,7 +215,7 @@ def _prepare(host_fd: int, config: Config) -> Runner:
     _harden()
     import threading  # noqa: F401 - the bridge's
 
-    for name in ("resident", "bridge", "seccomp", "tools"):
+    for name in ("resident", "bridge", "seccomp", "tools", "tool_search"):
         _load_sibling(name)
     _load_sibling("seccomp").prepare(allow_unix_pairs=True)
     warm = Runner(config, inherit=True, host_fd=host_fd)
@@ -256,45 +256,54 @@ def _runner_for(config: Config, warm: Runner | None, host_fd: int) -> Runner:
     return Runner(config, inherit=True, host_fd=host_fd, spawner=spawner)
 
 
+def _configure(frame: Mapping[str, Any], prepared: Runner | None, host_fd: int) -> Runner:
+    """The Runner of the session a configure `frame` sets up, cold or pooled alike: the
+    supervisor hardened (a pooled one, `prepared`, already is) and its Runner (`_runner_for`:
+    the prepared one taken over when the limits match), the egress bridge started when the
+    configuration has one. Raises on anything it cannot set up."""
+    if frame.get("op") != "configure":
+        raise ProtocolError("the first frame must be a configure frame")
+    config = parse_config(frame.get("config"))
+    if prepared is None:
+        _harden()
+    runner = _runner_for(config, prepared, host_fd)
+    if config.bridge is not None:
+        _start_bridge(config.bridge)
+    return runner
+
+
+def _setup_failed(stdout: BinaryIO, exc: Exception) -> int:
+    write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
+    return 1
+
+
 def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
-    try:
-        first = read_frame(stdin)
-    except ProtocolError as exc:
-        write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
-        return 1
-    if first is None:
-        return 0
+    host_fd = stdin.fileno()
     prepared: Runner | None = None
-    if first.get("op") == "prepare":
-        # a pooled sandbox: everything that does not depend on the run, now; the configure
-        # frame comes when a run adopts it (which may be much later, or never)
-        try:
-            prepared = _prepare(stdin.fileno(), parse_config(first.get("config")))
-        except Exception as exc:  # noqa: BLE001 - reported, then we exit
-            write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
-            return 1
-        write_frame(stdout, {"op": "prepared", "pid": os.getpid(), "uid": os.getuid()})
+    while True:
         try:
             first = read_frame(stdin)
         except ProtocolError as exc:
-            write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
-            return 1
+            return _setup_failed(stdout, exc)
         if first is None:
             return 0
+        if prepared is not None or first.get("op") != "prepare":
+            break
+        # a pooled sandbox: everything that does not depend on the run, now; the configure
+        # frame comes when a run adopts it (which may be much later, or never)
+        try:
+            prepared = _prepare(host_fd, parse_config(first.get("config")))
+        except Exception as exc:  # noqa: BLE001 - reported, then we exit
+            return _setup_failed(stdout, exc)
+        write_frame(stdout, {"op": "prepared", "pid": os.getpid(), "uid": os.getuid()})
     try:
-        if first.get("op") != "configure":
-            raise ProtocolError("the first frame must be a configure frame")
-        config = parse_config(first.get("config"))
-        if prepared is None:
-            _harden()
-        runner = _runner_for(config, prepared, stdin.fileno())
-        residents = _load_sibling("resident").Residents(host_fd=stdin.fileno())
-        config_processes = config.max_processes
-        if config.bridge is not None:
-            _start_bridge(config.bridge)
+        runner = _configure(first, prepared, host_fd)
     except Exception as exc:  # noqa: BLE001 - every set-up failure is reported, then we exit
-        write_frame(stdout, {"op": "error", "code": "sandbox_error", "message": str(exc)})
-        return 1
+        return _setup_failed(stdout, exc)
+    config = runner.config
+    config_processes = config.max_processes
+    # loaded with the first resident call: most sessions never make one
+    residents: Any = None
     write_frame(
         stdout,
         {"op": "ready", "pid": os.getpid(), "uid": os.getuid(), "bridge": bool(config.bridge)},
@@ -317,16 +326,20 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> int:
             if spec.resident is not None:
                 # a resident never meets the file server (see runner.py)
                 runner.stop_file_server()
+                if residents is None:
+                    residents = _load_sibling("resident").Residents(host_fd=host_fd)
                 write_frame(stdout, residents.call(spec, spec.resident))
             else:
+                allowance = residents.process_allowance() if residents is not None else 0
                 runner.config.max_processes = (
-                    config_processes + residents.process_allowance() if config_processes else 0
+                    config_processes + allowance if config_processes else 0
                 )
                 write_frame(stdout, runner.run(spec))
         elif op == "ping":
             write_frame(stdout, {"op": "pong"})
         elif op == "shutdown":
-            residents.stop_all()
+            if residents is not None:
+                residents.stop_all()
             write_frame(stdout, {"op": "bye"})
             return 0
         else:

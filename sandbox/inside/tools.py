@@ -31,9 +31,10 @@ import sys
 
 # Only what `read`, `write`, `edit` and `list` need is imported here: a resident supervisor
 # imports this module on a session's first file call, and its file server answers with the
-# supervisor's own JSON codec (see `respond`). The modules of `fetch` (http.client, ssl: about
-# 15 ms of CPU) and of `bash` are imported where those run, in an interpreter of their own, and
-# `re` (with enum, functools, collections: about 3 ms) where a pattern is compiled.
+# supervisor's own JSON codec (see `respond`). The modules of `fetch` (tool_fetch; http.client,
+# ssl: about 15 ms of CPU) and of `bash` (tool_bash) are imported where those run, in an
+# interpreter of their own; `glob` and `grep` (tool_search) and `re` (with enum, functools,
+# collections: about 3 ms) where they are first called.
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only
     from collections.abc import Callable
@@ -45,19 +46,35 @@ if not __package__ and sys.path[:1] != [os.path.dirname(os.path.abspath(__file__
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 if TYPE_CHECKING or __package__:
-    from .tool_bash import op_bash
-    from .tool_fetch import op_fetch
+    from .siblings import _load_sibling
     from .tool_files import op_edit, op_list, op_read, op_write
     from .tool_paths import ToolError, _result
     from .tool_paths import use_workspace as use_workspace
-    from .tool_search import op_glob, op_grep
 else:  # inside the sandbox, where this directory is on sys.path (see above)
-    from tool_bash import op_bash
-    from tool_fetch import op_fetch
+    from siblings import _load_sibling
     from tool_files import op_edit, op_list, op_read, op_write
     from tool_paths import ToolError, _result
     from tool_paths import use_workspace as use_workspace
-    from tool_search import op_glob, op_grep
+
+
+def op_glob(request: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = _load_sibling("tool_search").op_glob(request)
+    return result
+
+
+def op_grep(request: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = _load_sibling("tool_search").op_grep(request)
+    return result
+
+
+def op_fetch(request: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = _load_sibling("tool_fetch").op_fetch(request)
+    return result
+
+
+def op_bash(request: dict[str, Any]) -> int:
+    status: int = _load_sibling("tool_bash").op_bash(request)
+    return status
 
 
 OPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {

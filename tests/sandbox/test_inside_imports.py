@@ -11,13 +11,15 @@ INSIDE = Path(__file__).resolve().parents[2] / "sandbox" / "inside"
 
 # Loads an entry point the way ``python3 -I -B FILE`` does (run as a file, not as a package
 # member), after putting `shadow` first on sys.path, where a module of the system's
-# dist-packages with one of our names would be; then prints where each sibling came from.
+# dist-packages with one of our names would be; then prints where each sibling came from (one
+# the entry point loads when first needed is loaded the way it does that).
 PROBE = """
 import runpy, sys
 sys.path.insert(0, {shadow!r})
-runpy.run_path({entry!r}, run_name="probe")
+entry = runpy.run_path({entry!r}, run_name="probe")
 for name in {names!r}:
-    print(name, sys.modules[name].__file__)
+    module = sys.modules.get(name) or entry["_load_sibling"](name)
+    print(name, module.__file__)
 """
 
 

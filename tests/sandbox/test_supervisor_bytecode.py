@@ -59,8 +59,12 @@ def test_the_sandbox_uses_the_bytecode_of_the_current_sources(
     for name in INSIDE_MODULES:
         header = pyc_of(INSIDE, name).read_bytes()[:16]
         assert header[8:16] == importlib.util.source_hash((INSIDE / f"{name}.py").read_bytes())
-    # when the sandbox's interpreter imports them as the supervisor's start does
-    probe = "import sys; sys.path.insert(0, '/opt/motor-cortex'); import supervisor, tools"
+    # when the sandbox's interpreter imports them as the supervisor's start does (and the
+    # modules tools.py imports when they are first called)
+    probe = (
+        "import sys; sys.path.insert(0, '/opt/motor-cortex'); "
+        "import supervisor, tools, tool_search, tool_fetch, tool_bash"
+    )
     result = session.exec(
         ExecRequest(argv=["/usr/bin/python3", "-v", "-I", "-S", "-B", "-c", probe])
     )
@@ -84,10 +88,10 @@ def test_the_sandbox_uses_the_bytecode_of_the_current_sources(
             "poller",
             "sweep",
             "tools",
-            "tool_bash",
-            "tool_paths",
-            "tool_fetch",
             "tool_files",
+            "tool_paths",
             "tool_search",
+            "tool_fetch",
+            "tool_bash",
         )
     ]
