@@ -18,21 +18,29 @@ OUTPUT_SUMMARY_CHARS = 500
 class ToolCallAudit(models.Model):
     """One tool call: who asked, what was decided, what it took and what came back (redacted)."""
 
+    # Each call inserts a row: its indexes are the ones a query uses (Meta.indexes), without
+    # the text-pattern twins Django adds to an indexed CharField (nothing filters these by
+    # prefix), and agent_ref_id is served by the index that starts with it.
     run = models.ForeignKey(
-        "runs.MotorRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "runs.MotorRun",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
     )
-    run_ref = models.CharField(max_length=32, db_index=True)
+    run_ref = models.CharField(max_length=32)
     attempt = models.PositiveIntegerField(help_text="The attempt's number within the run.")
     iteration = models.PositiveIntegerField()
     call_index = models.PositiveIntegerField()
     agent = models.ForeignKey(
         "cognition.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    agent_ref_id = models.BigIntegerField(db_index=True)
+    agent_ref_id = models.BigIntegerField()
     agent_name = models.CharField(max_length=100)
-    skill_name = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    skill_name = models.CharField(max_length=64, blank=True, default="")
     skill_version_hash = models.CharField(max_length=71, blank=True, default="")
-    tool = models.CharField(max_length=64, db_index=True)
+    tool = models.CharField(max_length=64)
     inputs = models.JSONField(default=dict, help_text="The call's arguments, redacted.")
     output_summary = models.TextField(blank=True, default="", help_text="Redacted, truncated.")
     success = models.BooleanField()
@@ -48,7 +56,13 @@ class ToolCallAudit(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         verbose_name = "tool call audit row"
-        indexes = [models.Index(fields=["agent_ref_id", "-created_at", "-id"])]
+        indexes = [
+            models.Index(fields=["agent_ref_id", "-created_at", "-id"]),
+            models.Index(fields=["run"], name="toolcallaudit_run"),
+            models.Index(fields=["run_ref"], name="toolcallaudit_run_ref"),
+            models.Index(fields=["skill_name"], name="toolcallaudit_skill_name"),
+            models.Index(fields=["tool"], name="toolcallaudit_tool"),
+        ]
 
     def __str__(self) -> str:
         outcome = "ok" if self.success else (self.error_code or "failed")

@@ -85,6 +85,9 @@ def sql_typed(field: Field[Any, Any]) -> str:
     return "%s"
 
 
+#: psycopg's prepare_threshold that prepares only the statements executed with prepare=True
+_ONLY_WHEN_ASKED = 2**31 - 1
+
 # --- one write -----------------------------------------------------------------------------------
 
 
@@ -123,6 +126,11 @@ def _pipeline(statements: Sequence[Statement], *, durable: bool) -> list[tuple[i
     connection = db_connection()
     connection.ensure_connection()
     conn = connection.connection
+    if conn.prepare_threshold is None:
+        # Django opens its connections with psycopg's preparing off (prepare_threshold None),
+        # which also ignores `prepare=True`: each statement would be parsed and planned anew on
+        # every call. A threshold nothing reaches prepares these statements and nothing else.
+        conn.prepare_threshold = _ONLY_WHEN_ASKED
     nested = connection.in_atomic_block
     begin, commit, undo = (
         ("SAVEPOINT ledger", "RELEASE SAVEPOINT ledger", "ROLLBACK TO SAVEPOINT ledger")

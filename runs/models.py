@@ -222,7 +222,10 @@ class MotorRun(FSMModelMixin, models.Model):
                 condition=models.Q(max_attempts__gte=1), name="motorrun_max_attempts_positive"
             ),
         ]
-        indexes = [models.Index(fields=["status", "lease_expires_at"])]
+        # Not the lease's expiry: every fenced write renews it, and an indexed column that
+        # changes makes PostgreSQL write a new entry into each of the table's indexes (no HOT
+        # update). The reaper's runnable runs, found by status, are at most one per agent.
+        indexes = [models.Index(fields=["status"], name="motorrun_status")]
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
@@ -386,7 +389,10 @@ class Attempt(FSMModelMixin, models.Model):
 class Step(models.Model):
     """One tool call of the trace. Written as `intent` before the call runs, `done` after."""
 
-    attempt = models.ForeignKey(Attempt, on_delete=models.CASCADE, related_name="steps")
+    # no index of its own: step_unique_position's (attempt, iteration, call_index) serves it
+    attempt = models.ForeignKey(
+        Attempt, on_delete=models.CASCADE, related_name="steps", db_index=False
+    )
     iteration = models.PositiveSmallIntegerField(help_text="The LLM call that requested it.")
     call_index = models.PositiveSmallIntegerField(help_text="Position among that call's tools.")
     tool_call_id = models.CharField(max_length=200)
