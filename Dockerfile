@@ -19,6 +19,9 @@ COPY . .
 # (metric samples of this build step go to /tmp, not into the image's /data)
 RUN DEBUG=true MOTOR_METRICS_DIR=/tmp/build-metrics python manage.py collectstatic --noinput
 
+# The worker runs unprivileged here: its bwrap sessions run as this user and never take the
+# root-only launch path, so the image needs no sandbox launcher (sandbox/launcher/, built by
+# bin/setup-host on hosts whose worker runs as root) and no C compiler.
 USER motor
 EXPOSE 8000
 CMD ["gunicorn", "config.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]

@@ -102,6 +102,20 @@ def test_sandbox_image_dockerfile_is_referenced_and_exists(compose: dict) -> Non
     assert (ROOT / build["dockerfile"]).is_file()
 
 
+def test_the_worker_image_runs_unprivileged_so_it_needs_no_sandbox_launcher(
+    compose: dict,
+) -> None:
+    # the sandbox launcher (sandbox/launcher/) serves root workers only; the image has no C
+    # compiler to build it, which is right only while its worker is not root
+    users = [
+        line.split()[1]
+        for line in (ROOT / "Dockerfile").read_text().splitlines()
+        if line.startswith("USER ")
+    ]
+    assert users and users[-1] not in ("root", "0")
+    assert "user" not in compose["services"]["worker"]
+
+
 def test_every_long_running_service_is_started_again_when_it_exits(compose: dict) -> None:
     services = compose["services"]
     for name in (*APP_SERVICES, "postgres", "redis"):

@@ -29,6 +29,7 @@ print(json.dumps({k: repr(getattr(settings, k)) for k in dir(settings) if k.isup
 READ_OUTSIDE_SETTINGS = {
     "MOTOR_SANDBOX_UID_RANGE",
     "MOTOR_SANDBOX_RUNTIME_DIR",
+    "MOTOR_SANDBOX_LAUNCHER",
     "MOTOR_SANDBOX_EGRESS_HOSTS",
     # read by Flower itself (manage.py flower checks it is set)
     "FLOWER_BASIC_AUTH",

@@ -28,7 +28,11 @@ Layout of a session
 Host paths the unprivileged uid could not traverse (a workspace under a root-only data dir) are
 bind-mounted by the root worker into a staging directory of the session's runtime dir, inside a
 private mount namespace created just for the bwrap launch (nothing appears in the host's mount
-table), before the launcher drops to the sandbox uid and execs bwrap.
+table), before the launcher drops to the sandbox uid and execs bwrap. The launcher is a small
+program of its own (sandbox/launcher/motor-launch.c, ``MOTOR_SANDBOX_LAUNCHER``) so the worker
+can start it with vfork; without it the same steps run in a full fork of the worker. A launch
+step that fails (a bind, the uid drop) ends the launcher before bwrap runs, and the session's
+start fails with SandboxError quoting it (from the supervisor log).
 
 Each runtime dir records its owner (pid + the pid's start time) and sandbox uid in
 ``owner.json``. bwrap dies with its owner (--die-with-parent), but files stay; a backend sweeps
@@ -63,7 +67,14 @@ from sandbox.backends.bwrap_args import (
     filesystem_args,
     namespace_args,
 )
-from sandbox.backends.bwrap_launch import _find_bwrap, _Launcher, _spawner
+from sandbox.backends.bwrap_launch import (
+    DEFAULT_LAUNCHER,
+    _find_bwrap,
+    _Launcher,
+    _spawner,
+    launcher_argv,
+    usable_launcher,
+)
 from sandbox.backends.bwrap_runtime import (
     SESSION_FILE,
     _default_runtime_root,
@@ -134,8 +145,17 @@ class BwrapBackend:
         runtime_root: Path | None = None,
         egress_resolver: Any = None,
         sweep: bool = True,
+        launcher: str | None = None,
     ) -> None:
         self._bwrap = _find_bwrap()
+        #: the exec'd launcher of a root worker (None: the preexec_fn path)
+        self.launcher: str | None = None
+        if os.geteuid() == 0:
+            self.launcher = usable_launcher(
+                launcher
+                if launcher is not None
+                else os.environ.get("MOTOR_SANDBOX_LAUNCHER", DEFAULT_LAUNCHER).strip()
+            )
         self._uids = _parse_uid_range(
             uid_range or os.environ.get("MOTOR_SANDBOX_UID_RANGE", "600000-609999")
         )
@@ -376,11 +396,18 @@ class BwrapBackend:
 
             log_path = runtime_dir / "supervisor.log"
             log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            # as root: the mount namespace, the staged binds and the uid drop, done by the
+            # exec'd launcher (Popen can then vfork) or else between fork and exec
+            argv: list[str | bytes] = list(args)
+            preexec: Any = None
+            if lease is not None and self.launcher is not None:
+                argv = launcher_argv(self.launcher, staged, host_uid, host_gid, args)
+            elif lease is not None:
+                preexec = _Launcher(staged, host_uid, host_gid).run
             try:
-                launcher = _Launcher(staged, host_uid, host_gid).run if lease is not None else None
                 proc = _spawner.call(
                     lambda: subprocess.Popen(
-                        args,
+                        argv,
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=log_fd,
@@ -389,7 +416,7 @@ class BwrapBackend:
                         close_fds=True,
                         pass_fds=fds,
                         start_new_session=True,
-                        preexec_fn=launcher,  # noqa: PLW1509 - mount ns + uid drop before exec
+                        preexec_fn=preexec,  # noqa: PLW1509 - mount ns + uid drop before exec
                     )
                 )
             except (OSError, subprocess.SubprocessError) as exc:

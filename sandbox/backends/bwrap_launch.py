@@ -1,16 +1,30 @@
 """Starting bwrap: finding the binary, the launcher that runs between fork and exec for root
-workers (private mount namespace, staged binds, uid drop) and the long-lived spawner thread."""
+workers (private mount namespace, staged binds, uid drop) and the long-lived spawner thread.
+
+A root worker prefers the exec'd launcher program (sandbox/launcher/motor-launch.c, installed by
+bin/setup-host): Popen then has no preexec_fn and no uid/gid arguments, so CPython starts it
+with vfork instead of copying the worker's whole address space. Without it, `_Launcher` does the
+same steps in the forked child (a full fork: slower with a big worker, equally safe)."""
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import queue
 import shutil
+import stat
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from sandbox.types import SandboxError
+
+logger = logging.getLogger(__name__)
+
+#: where bin/setup-host installs the launcher (MOTOR_SANDBOX_LAUNCHER overrides, empty: none)
+DEFAULT_LAUNCHER = "/usr/local/libexec/motor-cortex/motor-launch"
 
 
 def _find_bwrap() -> str:
@@ -57,6 +71,60 @@ class _Launcher:
         os.setgroups([])
         os.setresgid(self._gid, self._gid, self._gid)
         os.setresuid(self._uid, self._uid, self._uid)
+
+
+def _unsafe(path: Path) -> str | None:
+    """Why `path` (run as root) could be replaced by someone other than root, or None: it and
+    every directory above it must be root's and writable by no one else (a sticky directory
+    such as /tmp is fine above it: its other users cannot rename or remove root's entries)."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode) or not st.st_mode & stat.S_IXUSR:
+        return "not an executable file"
+    if st.st_uid != 0 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "not root's, or writable by others"
+    for parent in path.parents:
+        st = os.stat(parent)
+        writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if st.st_uid != 0 or (writable and not st.st_mode & stat.S_ISVTX):
+            return f"{parent} is not root's, or writable by others"
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def usable_launcher(configured: str) -> str | None:
+    """The launcher program at `configured` (resolved) when a root worker may run it, else None
+    (the preexec_fn path). Checked once per path and process; says which path is taken, once."""
+    if not configured:
+        logger.info(
+            "sandbox launcher disabled (MOTOR_SANDBOX_LAUNCHER is empty): bwrap is "
+            "started through a full fork of the worker"
+        )
+        return None
+    try:
+        path = Path(configured).resolve(strict=True)
+        reason = _unsafe(path)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    if reason is not None:
+        logger.warning(
+            "sandbox launcher %s is not usable (%s): bwrap is started through a full fork of "
+            "the worker (bin/setup-host installs the launcher)",
+            configured,
+            reason,
+        )
+        return None
+    logger.info("sandbox launcher %s in use: bwrap is started with vfork", path)
+    return str(path)
+
+
+def launcher_argv(
+    launcher: str, staged: list[tuple[bytes, bytes]], uid: int, gid: int, args: list[str]
+) -> list[str | bytes]:
+    """The command line that has `launcher` do `_Launcher`'s steps, then exec `args`."""
+    argv: list[str | bytes] = [launcher, str(uid), str(gid), str(len(staged))]
+    for source, target in staged:
+        argv += [source, target]
+    return [*argv, "--", *args]
 
 
 class _Spawner:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import tempfile
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +17,28 @@ from sandbox.backends import get_backend
 from sandbox.types import ExecRequest, ExecResult, Limits, Session, SessionSpec
 
 SandboxFactory = Callable[..., Session]
+
+LAUNCHER_SOURCE = Path(__file__).resolve().parents[2] / "sandbox" / "launcher"
+
+
+@pytest.fixture(scope="session")
+def built_launcher() -> Iterator[Path]:
+    """The sandbox launcher built from this checkout's source by its own build script, in a
+    directory of root's that only root can write to."""
+    where = Path(tempfile.mkdtemp(prefix="motor-launch-"))
+    path = where / "motor-launch"
+    subprocess.run([str(LAUNCHER_SOURCE / "build.sh"), str(path)], check=True)
+    yield path
+    shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sandbox_launcher(built_launcher: Path) -> Iterator[Path]:
+    """Every bwrap session of these tests (a root worker's) starts through the launcher just
+    built; the tests of the other path name a missing one explicitly."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MOTOR_SANDBOX_LAUNCHER", str(built_launcher))
+        yield built_launcher
 
 
 def py(session: Session, code: str, *, timeout_s: float = 20.0, **kwargs: object) -> ExecResult:
