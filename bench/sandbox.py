@@ -297,7 +297,7 @@ def lifecycle_cpu(n: int, reads: int = 10) -> LifecycleCpu:
 
 def lifecycle_from_a_big_process(megabytes: int, n: int) -> LifecycleCpu:
     """`lifecycle_cpu` while this process holds `megabytes` more of touched memory and a few
-    hundred thousand more objects, as a worker does: opening a session forks the opener."""
+    hundred thousand more objects, as a worker does: without the launcher, opening a session forks the opener."""
     ballast = [bytearray(1024 * 1024) for _ in range(megabytes)]
     for block in ballast:
         for i in range(0, len(block), 4096):
