@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import shutil
 import subprocess
 import tempfile
@@ -19,8 +20,6 @@ from sandbox.backends.bwrap import BwrapBackend, BwrapSession
 from sandbox.backends.bwrap_launch import launcher_argv, usable_launcher
 from sandbox.types import ExecRequest, SandboxError, SessionSpec
 from tests.sandbox.test_bwrap_session import live_processes_of
-
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the launcher is a root worker's")
 
 #: a uid of the default sandbox range the launcher is run as by hand
 LONE_UID = 609_997
@@ -150,6 +149,33 @@ def test_sessions_start_through_the_launcher_as_the_leased_uid_without_groups(
         assert (workspace / "made").read_text() == "hi\n"
     finally:
         session.close()
+
+
+def test_opening_through_the_launcher_copies_nothing_of_the_opener(
+    reachable_dir: Path, tmp_path: Path
+) -> None:
+    """A fork marks every page of the opener copy-on-write, so the opener's next write to each
+    one faults; vfork (Popen with no preexec_fn and no uid/gid arguments) leaves them alone."""
+    ballast = bytearray(64 * 1024 * 1024)
+    pages = range(0, len(ballast), 4096)
+    for i in pages:
+        ballast[i] = 1
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+
+    def faults_writing_the_ballast_after_a_session(backend: BwrapBackend) -> int:
+        backend.open(SessionSpec(workspace=workspace)).close()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for i in pages:
+            ballast[i] += 1
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    runtime_root = reachable_dir / "rt"
+    through_launcher = BwrapBackend(runtime_root=runtime_root, sweep=False)
+    through_fork = BwrapBackend(runtime_root=runtime_root, sweep=False, launcher="")
+    assert through_launcher.launcher is not None and through_fork.launcher is None
+    assert faults_writing_the_ballast_after_a_session(through_launcher) < 32
+    assert faults_writing_the_ballast_after_a_session(through_fork) > len(pages) // 2
 
 
 def test_a_failing_launch_step_fails_the_session_naming_it_and_leaves_nothing(
