@@ -155,7 +155,10 @@ def signal_dispatch(*, signal_id: int) -> list[int]:
     with transaction.atomic():
         # The signal's row lock serialises concurrent dispatches (the receiver and the sweeper).
         signal = (
-            Signal.objects.select_for_update().select_related("agent").filter(pk=signal_id).first()
+            Signal.objects.select_for_update(of=("self",), no_key=True)
+            .select_related("agent")
+            .filter(pk=signal_id)
+            .first()
         )
         if signal is None or SignalDelivery.objects.filter(signal=signal).exists():
             return []
@@ -402,7 +405,7 @@ def signal_delivery_attempt(*, delivery_id: int) -> str:
     now = timezone.now()
     with transaction.atomic():
         delivery = (
-            SignalDelivery.objects.select_for_update()
+            SignalDelivery.objects.select_for_update(of=("self",), no_key=True)
             .select_related("agent", "signal")
             .filter(pk=delivery_id)
             .first()
@@ -482,7 +485,7 @@ def signal_delivery_sweep() -> dict[str, list[int]]:
     ).values_list("id", flat=True)[:SWEEP_BATCH]:
         with transaction.atomic():
             delivery = (
-                SignalDelivery.objects.select_for_update()
+                SignalDelivery.objects.select_for_update(of=("self",), no_key=True)
                 .select_related("signal")
                 .filter(pk=delivery_id, state=DeliveryState.DELIVERING, claimed_until__lt=now)
                 .first()

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from django.conf import settings
+from django.db import connections
 from django.db.models import Count, Q
 
 #: decimal places energy amounts are kept to (0.35 - 0.15 must not become 0.19999999999999998)
@@ -64,15 +66,13 @@ def run_rates(run: Any) -> EnergyRates:
     return energy_rates(mode="agentic", tools=run.tools)
 
 
-def attempts_usage(run_id: str) -> dict[int, dict[str, Any]]:
-    """attempt index -> {iterations, llm_calls, tool_calls, tool_errors, prompt_tokens,
-    completion_tokens, total_tokens, energy_cost} of each attempt of `run_id`. One query."""
+def _usage_query(run_id: str) -> Any:
     from runs.layer_step import INSTALL_TOOL
     from runs.models import Attempt, StepState
 
     # the dependency install is a step of the trace, not a call the model made
     called = ~Q(steps__tool=INSTALL_TOOL)
-    rows = (
+    return (
         Attempt.objects.filter(run_id=run_id)
         .annotate(
             calls=Count("steps", filter=called),
@@ -82,19 +82,59 @@ def attempts_usage(run_id: str) -> dict[int, dict[str, Any]]:
                 filter=called & Q(steps__state=StepState.DONE, steps__result__ok=False),
             ),
         )
-        .values(
-            "index",
-            "iteration",
-            "llm_calls",
-            "prompt_tokens",
-            "completion_tokens",
-            "energy_cost",
-            "calls",
-            "failed",
-        )
+        .values(*_USAGE_COLUMNS)
     )
+
+
+_USAGE_COLUMNS = (
+    "index",
+    "iteration",
+    "llm_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "energy_cost",
+    "calls",
+    "failed",
+)
+#: stands for the run id in the compiled usage query (a value no run id takes)
+_RUN_ID_MARK = "~run id~"
+
+
+@cache
+def _usage_sql(alias: str, vendor: str) -> tuple[str, tuple[Any, ...], int] | None:
+    """The usage query compiled for the database `alias` (of `vendor`), its parameters, and
+    where the run id goes in them; None when the run id is not one plain parameter."""
+    query = _usage_query(_RUN_ID_MARK).query
+    sql, params = query.get_compiler(using=alias).as_sql()
+    marks = [i for i, param in enumerate(params) if param == _RUN_ID_MARK]
+    if len(marks) != 1:
+        return None
+    return sql, tuple(params), marks[0]
+
+
+def _usage_rows(run_id: str) -> list[dict[str, Any]]:
+    from runs.models import Attempt
+
+    # Building and compiling the query (its joins, filtered counts and JSON lookup) costs
+    # several times its execution; only the run id changes between runs.
+    alias = Attempt.objects.db
+    connection = connections[alias]
+    compiled = _usage_sql(alias, connection.vendor)
+    if compiled is None:
+        return list(_usage_query(run_id))
+    sql, params, mark = compiled
+    args = list(params)
+    args[mark] = run_id
+    with connection.cursor() as cursor:
+        cursor.execute(sql, args)
+        return [dict(zip(_USAGE_COLUMNS, row, strict=True)) for row in cursor.fetchall()]
+
+
+def attempts_usage(run_id: str) -> dict[int, dict[str, Any]]:
+    """attempt index -> {iterations, llm_calls, tool_calls, tool_errors, prompt_tokens,
+    completion_tokens, total_tokens, energy_cost} of each attempt of `run_id`. One query."""
     usage: dict[int, dict[str, Any]] = {}
-    for row in rows:
+    for row in _usage_rows(run_id):
         usage[row["index"]] = {
             "iterations": row["iteration"],
             "llm_calls": row["llm_calls"],

@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,9 @@ def offered_schemas(
 
     `save_credential` is offered only where a saved value has somewhere to go (a skill run, or a
     run whose workspace may become a skill) — never to review runs (`synthetic=False`).
+
+    The list is new, but the schemas in it are shared between calls (read-only: they are
+    serialized into the request, never changed).
     """
     schemas: list[dict[str, Any]] = []
     tool_sources_refresh(granted)
@@ -198,13 +202,23 @@ def offered_schemas(
         if name not in _manifests and (name in manifests.MANIFESTS or name in manifests.ALIASES)
     ]
     if sandboxed:
-        schemas.extend(manifests.function_schemas(sandboxed, bash_allowlist=bash_allowlist))
+        allowlist = tuple(bash_allowlist) if bash_allowlist is not None else None
+        schemas.extend(_sandbox_schemas(tuple(sandboxed), allowlist))
     schemas.extend(_manifests[name].schema() for name in granted if name in _manifests)
     if synthetic:
         schemas.extend([ASK_USER_SCHEMA, REQUEST_APPROVAL_SCHEMA])
         if save_credential:
             schemas.append(SAVE_CREDENTIAL_SCHEMA)
     return schemas
+
+
+@lru_cache(maxsize=256)
+def _sandbox_schemas(
+    names: tuple[str, ...], bash_allowlist: tuple[str, ...] | None
+) -> tuple[dict[str, Any], ...]:
+    # The manifests are fixed for the process, so the schemas of a grant are too: each request
+    # of a run's loop asks for the same ones (a deep copy of every tool's input schema otherwise).
+    return tuple(manifests.function_schemas(names, bash_allowlist=bash_allowlist))
 
 
 def envelope(
