@@ -349,15 +349,20 @@ def _encode(request: httpx2.Request) -> bytes:
     return head + body
 
 
-def _fill(connection: _Connection) -> None:
-    """Receive more of the answer into the connection's buffer; a closed connection is an
-    answer cut short."""
+def _recv(connection: _Connection) -> bytes:
+    """What the socket has next (b"" once the peer closed it), with httpx2's read errors."""
     try:
-        chunk = connection.sock.recv(_RECV)
+        return connection.sock.recv(_RECV)
     except TimeoutError as exc:
         raise httpx2.ReadTimeout(str(exc) or "read timed out") from exc
     except OSError as exc:
         raise httpx2.ReadError(str(exc)) from exc
+
+
+def _fill(connection: _Connection) -> None:
+    """Receive more of the answer into the connection's buffer; a closed connection is an
+    answer cut short."""
+    chunk = _recv(connection)
     if not chunk:
         raise httpx2.RemoteProtocolError(
             "peer closed connection without sending complete message body"
@@ -513,12 +518,7 @@ def _read_chunked(connection: _Connection) -> bytes:
 
 def _read_to_close(connection: _Connection) -> bytes:
     while True:
-        try:
-            chunk = connection.sock.recv(_RECV)
-        except TimeoutError as exc:
-            raise httpx2.ReadTimeout(str(exc) or "read timed out") from exc
-        except OSError as exc:
-            raise httpx2.ReadError(str(exc)) from exc
+        chunk = _recv(connection)
         if not chunk:
             break
         connection.buffer += chunk
