@@ -4,6 +4,7 @@ duplicate wake-up messages."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import timedelta
 
 import pytest
@@ -230,7 +231,12 @@ def test_completion_extracts_new_skills_and_lists_artifacts(agent, scripted_llm,
     )
     run_id = run_start(agent_id=agent.pk, task="t", workspace=str(workspace), actor="t")["run_id"]
     (workspace / "artifacts").mkdir()
-    (workspace / "artifacts" / "report.txt").write_text("r")
+    report = workspace / "artifacts" / "report.txt"
+    report.write_text("r")
+    # (a file's time comes from the kernel's coarse clock, up to a tick (4 ms) behind the run's
+    # creation time when written at once: stamp it as a tool writing it later would)
+    created = MotorRun.objects.get(pk=run_id).created_at.timestamp()
+    os.utime(report, (created + 1, created + 1))
     scripted_llm.add(reply_text("Made a skill."))
     # when the model finishes
     assert drive(run_id, scripted_llm.client()) == [SliceOutcome.FINISHED]
