@@ -360,6 +360,9 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
+# Outside the parallel pass: any other test process that starts a docker backend sweeps dead
+# owners' containers too, and could remove this test's orphan before its own sweep looks.
+@pytest.mark.one_process
 def test_sweep_removes_containers_of_dead_owners_only(
     engine: docker.DockerClient, backend: DockerBackend, session: DockerSession, tmp_path: Path
 ) -> None:
