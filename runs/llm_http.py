@@ -385,13 +385,11 @@ def _read_head(connection: _Connection, started: bool) -> tuple[bytes, int]:
         start = max(0, len(buffer) - 3)
         first = not (started or buffer)
         try:
-            chunk = connection.sock.recv(_RECV)
-        except TimeoutError as exc:
-            raise httpx2.ReadTimeout(str(exc) or "read timed out") from exc
-        except OSError as exc:
+            chunk = _recv(connection)
+        except httpx2.ReadError as exc:
             if first:
-                raise _Stale(httpx2.ReadError(str(exc))) from exc
-            raise httpx2.ReadError(str(exc)) from exc
+                raise _Stale(exc) from exc
+            raise
         if not chunk:
             if first:
                 raise _Stale(
@@ -473,17 +471,25 @@ def _read_response(connection: _Connection, head_request: bool) -> tuple[httpx2.
     return response, keep_alive
 
 
+def _line_end(connection: _Connection, position: int, too_long: str) -> int:
+    """Where the line starting at `position` of the buffer ends (its CRLF), receiving more as
+    needed; a line longer than the head limit is the protocol error `too_long`."""
+    buffer = connection.buffer
+    while True:
+        line_end = buffer.find(b"\r\n", position)
+        if line_end >= 0:
+            return line_end
+        if len(buffer) - position > _MAX_HEAD:
+            raise httpx2.RemoteProtocolError(too_long)
+        _fill(connection)
+
+
 def _read_chunked(connection: _Connection) -> bytes:
     buffer = connection.buffer
     parts: list[bytes] = []
     position = 0
     while True:
-        line_end = buffer.find(b"\r\n", position)
-        if line_end < 0:
-            if len(buffer) - position > _MAX_HEAD:
-                raise httpx2.RemoteProtocolError("a chunk's size line is too long")
-            _fill(connection)
-            continue
+        line_end = _line_end(connection, position, "a chunk's size line is too long")
         size_text = bytes(buffer[position:line_end]).split(b";", 1)[0].strip()
         try:
             size = int(size_text, 16)
@@ -502,12 +508,7 @@ def _read_chunked(connection: _Connection) -> bytes:
         position += size + 2
     # Trailers (ignored) up to the empty line that ends the body.
     while True:
-        line_end = buffer.find(b"\r\n", position)
-        if line_end < 0:
-            if len(buffer) - position > _MAX_HEAD:
-                raise httpx2.RemoteProtocolError("the answer's trailers are too long")
-            _fill(connection)
-            continue
+        line_end = _line_end(connection, position, "the answer's trailers are too long")
         empty = line_end == position
         position = line_end + 2
         if empty:
